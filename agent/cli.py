@@ -1,0 +1,40 @@
+"""The `nnforge` command line. Each command lives in its own `cmd_*.py` module and registers
+itself on `app`; this module only assembles them."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+import typer
+
+app = typer.Typer(
+    name="nnforge",
+    help="NNForge finds bugs in deep-learning compilers (torch.compile, ONNX Runtime, TVM) and writes them up.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """NNForge finds bugs in deep-learning compilers (torch.compile, ONNX Runtime, TVM) and writes them up."""
+
+
+# Modules that register commands on `app`, in the order they appear in --help.
+COMMAND_MODULES = ("cmd_generate", "cmd_run")
+
+
+def _register_commands() -> None:
+    for mod in COMMAND_MODULES:
+        import_module(f"nnforge.agent.{mod}")
+
+
+def main() -> None:
+    _register_commands()
+    app()
+
+
+if __name__ == "__main__":
+    main()

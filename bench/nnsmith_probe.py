@@ -1,0 +1,49 @@
+"""Runs inside a separate virtualenv that has `nnsmith` installed (never imported by NNForge).
+
+Prints one JSON line: generation times (ms) and eager validity of nnsmith's own generator on the
+same machine, so bench/generation.py can put both side by side.
+Usage: NNSMITH_PYTHON bench/nnsmith_probe.py NODES COUNT
+"""
+
+import json
+import statistics
+import sys
+import time
+
+
+def main() -> None:
+    nodes, count = int(sys.argv[1]), int(sys.argv[2])
+    import torch
+    from nnsmith.graph_gen import model_gen
+    from nnsmith.materialize import Model
+    from nnsmith.narrow_spec import auto_opset
+
+    model_type = Model.init("torch", backend_target="cpu")
+    opset = auto_opset(model_type, None, vulops=True)
+    times, valid, failed_gen = [], 0, 0
+    for seed in range(count):
+        t = time.perf_counter()
+        try:
+            gen = model_gen(opset=opset, method="symbolic-cinit", seed=seed, max_nodes=nodes, timeout_ms=10000)
+            ir = gen.make_concrete()
+        except Exception:
+            failed_gen += 1
+            continue
+        times.append((time.perf_counter() - t) * 1000)
+        try:
+            model = model_type.from_gir(ir)
+            model.make_oracle()  # eager run on random inputs
+            valid += 1
+        except Exception:
+            pass
+    times.sort()
+    print(json.dumps({
+        "nodes": nodes, "count": count, "generated": len(times), "failed_generation": failed_gen, "eager_valid": valid,
+        "median_ms": statistics.median(times) if times else None,
+        "p90_ms": times[int(0.9 * (len(times) - 1))] if times else None,
+        "ops": len(opset),
+    }))
+
+
+if __name__ == "__main__":
+    main()

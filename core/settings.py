@@ -1,0 +1,34 @@
+"""Settings from the environment and `.env` (every key is listed in `.env.example`)."""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NNFORGE_", env_file=".env", extra="ignore")
+
+    # LLM: "none" (offline rules and template drafts, the default) or "openai" (any
+    # OpenAI-compatible server through base_url: OpenAI, vLLM, Ollama, llama.cpp server).
+    llm_provider: str = "none"
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_temperature: float = 0.7
+    llm_timeout_s: float = 60.0
+    llm_max_retries: int = 3
+    llm_token_budget: int = 2_000_000
+    llm_cache_dir: str = "~/.cache/nnforge/llm"
+
+    # Sandboxed workers.
+    worker_timeout_s: float = 60.0  # per test
+    worker_memory_mb: int = 6000  # RSS over this kills the worker: `oom`
+    worker_tests_before_recycle: int = 200
+    inductor_cache_dir: str = "~/.cache/nnforge/inductor"
+
+    # Value search.
+    value_search_budget_ms: float = 200.0
+
+
+def load_settings(**overrides) -> Settings:
+    return Settings(**overrides)

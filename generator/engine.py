@@ -1,0 +1,348 @@
+"""The solver-based generator: grows a random, valid operator graph one op at a time.
+
+Every insertion is checked incrementally with z3, so each edge type-checks and every shape is
+solvable; a cheap (dtype, rank) match happens before the solver is asked anything. Forward
+insertion consumes existing values; backward insertion replaces a placeholder with the output of
+a new op, so graphs get several inputs and outputs. Attribute binning adds random log-scale
+buckets as extra constraints (dropped when unsat) so that solutions are not all boundary values.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import z3
+
+from nnforge.core.dtypes import ALL_DTYPES, is_float
+from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
+from nnforge.generator.ir import Graph, Node, Value
+from nnforge.generator.spec import OpSpec, all_ops
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    n_nodes: int = 10
+    seed: int = 0
+    ops: tuple[str, ...] | None = None  # operator names; None: every registered op
+    exclude_ops: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ALL_DTYPES  # dtypes of placeholders
+    binning: bool = True
+    max_dim: int = 16  # cap on every dim of every value
+    max_elems: int = 4096  # cap on the elements of every value
+    max_rank: int = 5
+    zero_size_prob: float = 0.03  # chance that a placeholder may have a 0-size dim
+    forward_prob: float = 0.65
+    weight_prob: float = 0.3  # chance that a float placeholder becomes an nn.Parameter
+    timeout_ms: float = 4000.0  # per model: whatever is built by then is the model
+    onnx_only: bool = False  # only ops whose spec claims ONNX export
+
+
+@dataclass
+class _Val:
+    id: int
+    t: AbsTensor
+    placeholder: bool
+    weight_hint: bool = False
+    zero_ok: bool = False
+
+
+@dataclass
+class _Node:
+    id: int
+    spec: OpSpec
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class GenStats:
+    attempts: int = 0
+    inserted: int = 0
+    unsat: int = 0
+    no_match: int = 0
+    bins_kept: int = 0
+    bins_dropped: int = 0
+    solver_ms: float = 0.0
+    timed_out: bool = False
+
+
+@dataclass
+class Generated:
+    graph: Graph
+    stats: GenStats
+    onnx_exportable: bool
+    elapsed_ms: float
+    seed: int
+    config: GeneratorConfig = field(repr=False, default_factory=GeneratorConfig)
+
+
+def _fresh_z3_context() -> None:
+    """Give this model a new z3 main context.
+
+    z3 hash-conses terms per context, and models depend on term ids: a variable name that an
+    earlier model created (`v0_d0`) would make the same seed solve differently in a long-lived
+    process than in a fresh one. Specs build terms with plain `z3.Int`/`z3.If` (main context), so
+    the main context itself is replaced; terms of earlier models keep their own context alive.
+    """
+    z3._main_ctx = None  # z3 has no public reset; main_ctx() creates a new one on next use
+
+
+class GraphGenerator:
+    """One generator per model: `GraphGenerator(cfg).generate()`; the same config gives the same graph."""
+
+    def __init__(self, cfg: GeneratorConfig) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        registry = all_ops()
+        names = cfg.ops if cfg.ops is not None else tuple(sorted(registry))
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise ValueError(f"unknown operators: {', '.join(unknown)}")
+        self.specs: list[type[OpSpec]] = [
+            registry[n] for n in names if n not in cfg.exclude_ops and (registry[n].onnx or not cfg.onnx_only)
+        ]
+        if not self.specs:
+            raise ValueError("no operators left to generate with")
+        _fresh_z3_context()
+        self.solver = z3.Solver()
+        self.solver.set("random_seed", cfg.seed % (2**31))
+        self.solver.set("timeout", self.CHECK_TIMEOUT_MS)
+        self.vals: dict[int, _Val] = {}
+        self.nodes: list[_Node] = []
+        self.next_id = 0
+        self.stats = GenStats()
+        self.deadline = time.perf_counter() + cfg.timeout_ms / 1000.0
+
+    # -- public -------------------------------------------------------------------------
+    def generate(self) -> Generated:
+        t0 = time.perf_counter()
+        self.deadline = t0 + self.cfg.timeout_ms / 1000.0
+        self.add_placeholder(self._initial_sig())
+        max_attempts = self.cfg.n_nodes * 30
+        while len(self.nodes) < self.cfg.n_nodes and self.stats.attempts < max_attempts:
+            if time.perf_counter() > self.deadline:
+                self.stats.timed_out = True
+                break
+            self.stats.attempts += 1
+            spec = self.rng.choice(self.specs)
+            if self.rng.random() < self.cfg.forward_prob:
+                self.insert_forward(spec)
+            else:
+                self.insert_backward(spec)
+        return self.finish(t0)
+
+    def add_placeholder(self, sig: tuple[str, int], weight_hint: bool = False) -> int:
+        vid = self._new_id()
+        zero_ok = self.rng.random() < self.cfg.zero_size_prob
+        t = AbsTensor(sig[0], fresh_shape(f"v{vid}", sig[1]))
+        self.vals[vid] = _Val(vid, t, placeholder=True, weight_hint=weight_hint, zero_ok=zero_ok)
+        lo = 0 if zero_ok else 1
+        cons = [z3.And(d >= lo, d <= self.cfg.max_dim) for d in t.shape]
+        cons += self._size_cap(t)
+        self.solver.add(*cons)
+        if self.cfg.binning:
+            for d in t.shape:
+                self._try_bin(d, self.cfg.max_dim, lo=lo)
+        return vid
+
+    def insert_forward(self, spec: type[OpSpec], in_ids: list[int] | None = None) -> bool:
+        """Append `spec` consuming existing values (and fresh placeholders where none fit)."""
+        planned = self._plan_forward(spec) if in_ids is None else (in_ids, [])
+        if planned is None:
+            self.stats.no_match += 1
+            return False
+        in_ids, new_sigs = planned
+        new_ids = [self.add_placeholder(sig, weight_hint=wh) for sig, wh in new_sigs]
+        ins = [self.vals[i] for i in in_ids]
+        op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
+        tensors = [v.t for v in ins]
+        try:
+            cons = list(op.requires(tensors))
+            outs = op.type_transfer(tensors)
+        except Exception as e:  # a spec bug must not stop generation; the self-check catches it
+            raise RuntimeError(f"spec {spec.name} failed on inputs {[v.t.sig for v in ins]}: {e}") from e
+        if not spec.zero_size_ok:
+            cons += [d >= 1 for t in tensors for d in t.shape if not isinstance(d, int)]
+        for o in outs:
+            cons += [d >= 0 for d in o.shape]
+            cons += [d <= self.cfg.max_dim * self.cfg.max_dim for d in o.shape if not isinstance(d, int)]
+            cons += self._size_cap(o)
+        if not self._check_push(cons):
+            self.stats.unsat += 1
+            self._forget(new_ids)
+            return False
+        nid = self._new_id()
+        out_ids = []
+        for o in outs:
+            oid = self._new_id()
+            self.vals[oid] = _Val(oid, o, placeholder=False)
+            out_ids.append(oid)
+        self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
+        self.stats.inserted += 1
+        self._bin_attrs(op)
+        return True
+
+    def insert_backward(self, spec: type[OpSpec]) -> bool:
+        """Replace a placeholder by the output of a new `spec` node fed by fresh placeholders."""
+        candidates = [v for v in self.vals.values() if v.placeholder]
+        if not candidates:
+            return False
+        target = self.rng.choice(candidates)
+        in_sigs = spec.deduct_inputs(target.t.sig, self.rng)
+        if in_sigs is None or not spec.accepts(in_sigs) or any(r > self.cfg.max_rank for _, r in in_sigs):
+            self.stats.no_match += 1
+            return False
+        wset = set(spec.weight_inputs)
+        new_ids = [self.add_placeholder(s, weight_hint=(i in wset and is_float(s[0]))) for i, s in enumerate(in_sigs)]
+        ins = [self.vals[i] for i in new_ids]
+        op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
+        tensors = [v.t for v in ins]
+        cons = list(op.requires(tensors))
+        outs = op.type_transfer(tensors)
+        if len(outs) != 1 or outs[0].dtype != target.t.dtype or outs[0].rank != target.t.rank:
+            self._forget(new_ids)
+            self.stats.no_match += 1
+            return False
+        if not spec.zero_size_ok:
+            cons += [d >= 1 for t in tensors for d in t.shape if not isinstance(d, int)]
+        cons += [a == b for a, b in zip(outs[0].shape, target.t.shape)]
+        if not self._check_push(cons):
+            self.stats.unsat += 1
+            self._forget(new_ids)
+            return False
+        target.placeholder = False
+        target.weight_hint = False
+        self.nodes.insert(0, _Node(self._new_id(), op, new_ids, [target.id]))
+        self.stats.inserted += 1
+        self._bin_attrs(op)
+        return True
+
+    def finish(self, t0: float | None = None) -> Generated:
+        t0 = time.perf_counter() if t0 is None else t0
+        self.solver.set("timeout", 30 * self.CHECK_TIMEOUT_MS)
+        res = self.solver.check()
+        if res != z3.sat:  # only satisfiable states are kept, so only a pathological timeout lands here
+            raise RuntimeError(f"generator state became {res}")
+        model = self.solver.model()
+        graph = Graph()
+        for v in self.vals.values():
+            graph.values[v.id] = Value(v.id, v.t.dtype, v.t.concretise(model))
+        placeholders = [v for v in self.vals.values() if v.placeholder]
+        for v in placeholders:
+            make_weight = is_float(v.t.dtype) and (v.weight_hint or self.rng.random() < self.cfg.weight_prob)
+            (graph.weights if make_weight else graph.inputs).append(v.id)
+        if not graph.inputs and graph.weights:
+            graph.inputs.append(graph.weights.pop(0))
+        consumed = {i for n in self.nodes for i in n.inputs}
+        onnx_ok = True
+        for n in self.nodes:
+            attrs = {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in n.spec.attrs.items()}
+            graph.nodes.append(Node(n.id, n.spec.name, attrs, list(n.inputs), list(n.outputs)))
+            onnx_ok = onnx_ok and n.spec.exports_onnx(attrs, n.spec.in_sigs)
+        graph.outputs = [o for n in self.nodes for o in n.outputs if o not in consumed]
+        if not graph.nodes:
+            graph.outputs = list(graph.inputs)
+        return Generated(graph, self.stats, onnx_ok, (time.perf_counter() - t0) * 1000.0, self.cfg.seed, self.cfg)
+
+    # -- internals ----------------------------------------------------------------------
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def _peek_id(self) -> int:
+        return self.next_id
+
+    def _initial_sig(self) -> tuple[str, int]:
+        """A first placeholder that some allowed operator can consume, so growth can start."""
+        allowed = set(self.cfg.dtypes)
+        for _ in range(50):
+            spec = self.rng.choice(self.specs)
+            combos = [c for c in spec.dtype_combos(spec.pick_arity(self.rng)) if c and c[0] in allowed]
+            ranks = [r for r in spec.ranks_at(0) if r <= self.cfg.max_rank]
+            if combos and ranks:
+                return (self.rng.choice(combos)[0], self.rng.choice(ranks))
+        return (self.rng.choice(self.cfg.dtypes), self.rng.randint(0, self.cfg.max_rank))
+
+    def _size_cap(self, t: AbsTensor) -> list[z3.BoolRef]:
+        if t.rank == 0:
+            return []
+        n = t.numel()
+        return [] if isinstance(n, int) else [n <= self.cfg.max_elems]
+
+    CHECK_TIMEOUT_MS = 1000  # one solver query; a constant, because z3's answers depend on it
+
+    def _check_push(self, cons: list) -> bool:
+        self.solver.push()
+        self.solver.add(*cons)
+        t = time.perf_counter()
+        ok = self.solver.check() == z3.sat
+        self.stats.solver_ms += (time.perf_counter() - t) * 1000
+        if not ok:
+            self.solver.pop()
+        return ok
+
+    def _try_bin(self, e: z3.ArithRef, cap: int, lo: int = 0) -> None:
+        """Constrain |e| to a random log-scale bucket; keep it only if still satisfiable."""
+        buckets = [(0, 0), (1, 1)] + [(2**k, 2 ** (k + 1) - 1) for k in range(1, max(1, cap.bit_length()))]
+        buckets = [(a, b) for a, b in buckets if b >= lo and a <= cap]
+        a, b = self.rng.choice(buckets)
+        mag = z3.If(e >= 0, e, -e)
+        if self._check_push([mag >= a, mag <= b]):
+            self.stats.bins_kept += 1
+        else:
+            self.stats.bins_dropped += 1
+
+    def _bin_attrs(self, op: OpSpec) -> None:
+        if not self.cfg.binning:
+            return
+        for v in op.solver_attrs().values():
+            self._try_bin(v, 32)
+
+    def _forget(self, ids: list[int]) -> None:
+        # placeholders added for a failed insertion stay constrained in the solver but unused;
+        # dropping them from the graph is enough (their constraints are satisfiable on their own).
+        for i in ids:
+            self.vals.pop(i, None)
+
+    def _plan_forward(self, spec: type[OpSpec]) -> tuple[list[int], list[tuple[tuple[str, int], bool]]] | None:
+        arity = spec.pick_arity(self.rng)
+        combos = spec.dtype_combos(arity)
+        if not combos:
+            return None
+        existing = list(self.vals.values())
+        wset = set(spec.weight_inputs)
+        for _ in range(6):
+            anchor = self.rng.choice(existing)
+            fits = [(c, i) for c in combos for i in range(arity)
+                    if c[i] == anchor.t.dtype and anchor.t.rank in spec.ranks_at(i) and i not in wset]
+            if not fits:
+                continue
+            combo, pos = self.rng.choice(fits)
+            chosen: list[int | None] = [None] * arity
+            chosen[pos] = anchor.id
+            new_sigs: dict[int, tuple[tuple[str, int], bool]] = {}
+            for j in range(arity):
+                if j == pos:
+                    continue
+                pool = [v.id for v in existing if v.t.dtype == combo[j] and v.t.rank in spec.ranks_at(j)]
+                if pool and j not in wset and self.rng.random() < 0.7:
+                    chosen[j] = self.rng.choice(pool)
+                else:
+                    ranks = [r for r in spec.ranks_at(j) if r <= self.cfg.max_rank]
+                    if not ranks:
+                        break
+                    new_sigs[j] = ((combo[j], self.rng.choice(ranks)), j in wset and is_float(combo[j]))
+            else:
+                sigs = [self.vals[c].t.sig if c is not None else new_sigs[j][0] for j, c in enumerate(chosen)]
+                if not spec.accepts(sigs):
+                    continue
+                # fresh placeholders are created in position order by the caller
+                order = sorted(new_sigs)
+                ids: list[int] = []
+                fresh = iter(range(self._peek_id(), self._peek_id() + len(order)))
+                fresh_ids = {j: next(fresh) for j in order}
+                ids = [c if c is not None else fresh_ids[j] for j, c in enumerate(chosen)]
+                return ids, [new_sigs[j] for j in order]
+        return None

@@ -1,0 +1,32 @@
+"""The solver generator as a seed source: config in, TestCases out."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from nnforge.core.testcase import TestCase
+from nnforge.generator.engine import Generated, GeneratorConfig, GraphGenerator
+from nnforge.generator.materialize import to_program
+
+
+def generate_case(cfg: GeneratorConfig) -> tuple[TestCase, Generated]:
+    gen = GraphGenerator(cfg).generate()
+    meta = {
+        "origin": "generator",
+        "seed": cfg.seed,
+        "n_nodes": len(gen.graph.nodes),
+        "ops": gen.graph.ops(),
+        "onnx_exportable": gen.onnx_exportable,
+        "generation_ms": round(gen.elapsed_ms, 2),
+        "binning": cfg.binning,
+    }
+    case = TestCase(program=to_program(gen.graph), graph=gen.graph.to_json(), meta=meta)
+    return case, gen
+
+
+def generate_cases(base: GeneratorConfig, count: int) -> Iterator[tuple[TestCase, Generated]]:
+    """`count` programs with seeds base.seed, base.seed+1, ...: the same base gives the same programs."""
+    from dataclasses import replace
+
+    for i in range(count):
+        yield generate_case(replace(base, seed=base.seed + i))

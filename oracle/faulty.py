@@ -1,0 +1,102 @@
+"""Test-only backends with planted faults, so the oracle, blame and triage can be tested on bugs
+whose answer is known. Never part of a default target list: they run only when named.
+
+Each is AOTAutograd (as `aot_eager`) with a faulty forward compiler, and each fault fires only
+when the captured ATen graph contains a chosen op (`op` parameter, e.g. `faulty_crash:sin`;
+without it, always). That makes them behave like real lowering bugs: a reducer that removes the
+op makes the bug go away, one that keeps it keeps the bug.
+
+| target             | ladder                         | fault (when the graph has aten.<op>)                         |
+| ------------------ | ------------------------------ | ------------------------------------------------------------ |
+| `faulty_perturb`   | dynamo -> faulty_perturb       | first floating output scaled by (1 + eps) plus eps (eps=1e-2) |
+| `faulty_crash`     | dynamo -> faulty_crash         | RuntimeError "faulty_crash: no lowering for aten.<op>" raised from `lower_faulty_op` |
+| `faulty_segv`      | dynamo -> faulty_segv          | os.abort() (SIGABRT: the worker dies)                        |
+
+Three distinct faults for triage tests: `faulty_perturb:add`, `faulty_crash:sin`, `faulty_segv:relu`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from nnforge.oracle.backend import TargetSpec, register_backend, register_target
+from nnforge.oracle.torch_backends import TorchCompileBackend
+
+CRASH_MESSAGE = "faulty_crash: no lowering for aten.{op}"
+
+
+def graph_ops(gm: Any) -> set[str]:
+    """Names of the ATen ops (overload packets, e.g. `sin`) called in an FX graph."""
+    names = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            text = str(node.target)  # "aten.sin.default"
+            if text.startswith("aten."):
+                names.add(text.split(".")[1])
+    return names
+
+
+def lower_faulty_op(op: str) -> None:
+    """The fake lowering that fails: the crash location triage should find."""
+    raise RuntimeError(CRASH_MESSAGE.format(op=op))
+
+
+def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def fw_compiler(gm: Any, example_inputs: Any) -> Callable:
+        triggered = op is None or op in graph_ops(gm)
+        if triggered and fault == "crash":
+            lower_faulty_op(op or "any")
+        if triggered and fault == "abort":
+            os.abort()
+        if not (triggered and fault == "perturb"):
+            return make_boxed_func(gm.forward)
+
+        def perturbed(*args: Any) -> Any:
+            outs = list(gm.forward(*args))
+            for i, o in enumerate(outs):
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    outs[i] = o * (1 + eps) + eps
+                    break
+            return outs
+
+        return make_boxed_func(perturbed)
+
+    return aot_autograd(fw_compiler=fw_compiler)
+
+
+class FaultyBackend(TorchCompileBackend):
+    fault: str = ""
+    params = TorchCompileBackend.params + ("op", "eps")
+
+    def compiler(self) -> Any:
+        op = self.options.get("op")
+        return _faulty_compiler(self.fault, str(op) if op is not None else None, float(self.options.get("eps", 1e-2)))
+
+
+@register_backend
+class FaultyPerturbBackend(FaultyBackend):
+    name = "faulty_perturb"
+    fault = "perturb"
+
+
+@register_backend
+class FaultyCrashBackend(FaultyBackend):
+    name = "faulty_crash"
+    fault = "crash"
+
+
+@register_backend
+class FaultySegvBackend(FaultyBackend):
+    name = "faulty_segv"
+    fault = "abort"
+
+
+for _name, _doc in (("faulty_perturb", "test-only: wrong output from a planted fault"),
+                    ("faulty_crash", "test-only: RuntimeError from a planted fake lowering"),
+                    ("faulty_segv", "test-only: os.abort() in a planted fake compiler")):
+    register_target(TargetSpec(_name, ("dynamo", _name), hidden=True, default_param="op", doc=_doc))

@@ -1,0 +1,358 @@
+"""Safe domains of operators, written as losses on an operator's *inputs*.
+
+Value search (value_search.py) runs a program, finds the first operator whose output is not
+finite, and takes a gradient step on that operator's loss from this table. A loss is zero when
+every input lies inside the operator's safe domain with a margin, and grows with the distance
+outside it, so that gradient descent walks the inputs (and through them the model's inputs and
+weights) back into the domain. Operators not in the table get `magnitude_loss`: most remaining
+non-finite results are overflows, which shrinking magnitudes cures.
+
+This module also names the operators whose true gradient is zero almost everywhere (floor,
+relu's flat side, clamp outside its range, ...). Value search gives them a straight-through
+gradient, and gives casts to integer and comparisons a float "shadow", so that a culprit fed
+through them can still be repaired by gradient.
+
+Names are canonical operator names (`canonical_name`): `torch.log`, `Tensor.log`, `Tensor.log_`
+all read `log`; `a / b` reads `div`, `1 / x` reads `rdiv`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+LossFn = Callable[[tuple, dict, torch.dtype], "torch.Tensor | None"]
+
+SAFE_DOMAIN: dict[str, LossFn] = {}
+
+# How far inside the domain a repaired value should land; a value exactly on the boundary is
+# one rounding error away from failing again.
+MARGIN = 0.05
+# |divisor| below this counts as "near zero".
+DIVISOR_EPS = 0.05
+
+# Operators whose true gradient is zero on large regions; value search replaces their gradient
+# by the identity (straight-through estimator) when computing a repair step.
+STRAIGHT_THROUGH = frozenset(
+    {
+        "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "relu", "relu6", "hardtanh",
+        "clamp", "clamp_min", "clamp_max", "threshold", "hardsigmoid", "hardswish", "heaviside",
+        "nan_to_num", "floor_divide",
+    }
+)
+# Float -> integer casts: the integer result gets the float input as its shadow.
+INT_CASTS = frozenset({"to", "type", "long", "int", "short", "char", "byte"})
+# Comparisons: the boolean result gets a signed float shadow (positive where true).
+COMPARISONS = {"gt": 1.0, "ge": 1.0, "greater": 1.0, "greater_equal": 1.0,
+               "lt": -1.0, "le": -1.0, "less": -1.0, "less_equal": -1.0}
+
+_ALIASES = {
+    "truediv": "div", "divide": "div", "true_divide": "div", "idiv": "div", "itruediv": "div",
+    "rtruediv": "rdiv",
+    "floordiv": "floor_divide", "ifloordiv": "floor_divide", "rfloordiv": "rfloor_divide",
+    "mod": "remainder", "imod": "remainder", "rmod": "rremainder",
+    "ipow": "pow", "float_power": "pow",
+    "iadd": "add", "isub": "sub", "imul": "mul", "multiply": "mul", "subtract": "sub",
+    "imatmul": "matmul",
+    "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+    "arccosh": "acosh", "arctanh": "atanh",
+    "clip": "clamp", "clip_min": "clamp_min", "clip_max": "clamp_max",
+    "expit": "sigmoid", "negative": "neg",
+    "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
+}
+_INPLACE_DUNDERS = frozenset(
+    {"__iadd__", "__isub__", "__imul__", "__idiv__", "__itruediv__", "__ifloordiv__",
+     "__imod__", "__ipow__", "__imatmul__", "__iand__", "__ior__", "__ixor__",
+     "__ilshift__", "__irshift__", "__setitem__"}
+)
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What value search needs to know about one intercepted callable."""
+
+    name: str  # canonical name, e.g. "log", "div", "rdiv"
+    inplace: bool  # mutates its first argument (x.log_(), x += y, x[i] = v)
+
+
+_INFO_CACHE: dict[Any, OpInfo] = {}
+
+
+def op_info(func: Any) -> OpInfo:
+    """Canonical name and in-place flag of a callable seen by a TorchFunctionMode (cached)."""
+    try:
+        return _INFO_CACHE[func]
+    except (KeyError, TypeError):
+        pass
+    raw = getattr(func, "__name__", None) or str(func)
+    inplace = raw in _INPLACE_DUNDERS or (raw.endswith("_") and not raw.startswith("__"))
+    name = raw
+    if name.startswith("__") and name.endswith("__"):
+        name = name[2:-2]
+    elif inplace:
+        name = name[:-1]
+    name = name.removeprefix("special_")
+    name = _ALIASES.get(name, name)
+    info = OpInfo(name=name, inplace=inplace)
+    try:
+        _INFO_CACHE[func] = info
+    except TypeError:
+        pass
+    return info
+
+
+def canonical_name(func: Any) -> str:
+    return op_info(func).name
+
+
+def safe_domain(*names: str) -> Callable[[LossFn], LossFn]:
+    """Register a loss for the named operators."""
+
+    def register(fn: LossFn) -> LossFn:
+        for n in names:
+            if n in SAFE_DOMAIN:
+                raise ValueError(f"safe-domain loss for {n!r} registered twice")
+            SAFE_DOMAIN[n] = fn
+        return fn
+
+    return register
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _float(x: Any) -> torch.Tensor | None:
+    """x as a float32/64 tensor (low precision widened), or None if x is not a float tensor."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point():
+        return x if x.dtype in (torch.float32, torch.float64) else x.float()
+    return None
+
+
+def _arg(args: tuple, kwargs: dict, i: int, *names: str) -> Any:
+    if len(args) > i:
+        return args[i]
+    for n in names:
+        if n in kwargs:
+            return kwargs[n]
+    return None
+
+
+def _below(x: torch.Tensor, lo: float) -> torch.Tensor:
+    """Penalty for elements below lo."""
+    return torch.relu(lo - x).sum()
+
+
+def _above(x: torch.Tensor, hi: float) -> torch.Tensor:
+    return torch.relu(x - hi).sum()
+
+
+def _away_from_zero(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Penalty for |x| < eps whose gradient is non-zero even at exactly 0 (pushes towards +)."""
+    direction = torch.where(x.detach() >= 0, 1.0, -1.0).to(x.dtype)
+    return torch.relu(eps - x * direction).sum()
+
+
+def exp_bound(dtype: torch.dtype) -> float:
+    """Largest argument of exp that is safely finite in `dtype` (with room to spare)."""
+    if not dtype.is_floating_point:
+        dtype = torch.float32
+    return 0.9 * math.log(torch.finfo(dtype).max)
+
+
+def _sum(parts: list) -> torch.Tensor | None:
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
+
+
+def magnitude_loss(args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
+    """Generic fallback: shrink every float input towards zero (overflow is the usual cause)."""
+    parts = []
+    for a in _tensors(args, kwargs):
+        f = _float(a)
+        if f is not None and f.requires_grad and f.numel():
+            parts.append(f.square().mean())
+    return _sum(parts)
+
+
+def _tensors(args: tuple, kwargs: dict):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor):
+                    yield b
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@safe_domain("log", "log2", "log10", "lgamma", "digamma", "rsqrt")
+def _positive(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, MARGIN)
+
+
+@safe_domain("polygamma")
+def _polygamma(args, kwargs, dtype):
+    # torch.polygamma(n, x) and x.polygamma(n) put x in different places.
+    x = next((f for f in map(_float, _tensors(args, kwargs)) if f is not None), None)
+    return None if x is None else _below(x, MARGIN)
+
+
+@safe_domain("mvlgamma")
+def _mvlgamma(args, kwargs, dtype):
+    # mvlgamma(x, p) is finite for x > (p - 1) / 2.
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    p = _arg(args, kwargs, 1, "p")
+    if x is None:
+        return None
+    return _below(x, (p - 1) / 2 + MARGIN if isinstance(p, int) else MARGIN)
+
+
+@safe_domain("sqrt")
+def _non_negative(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, MARGIN)
+
+
+@safe_domain("log1p")
+def _above_minus_one(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, -1.0 + MARGIN)
+
+
+@safe_domain("asin", "acos", "atanh", "erfinv")
+def _unit_interval(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _above(x.abs(), 1.0 - MARGIN)
+
+
+@safe_domain("acosh")
+def _at_least_one(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, 1.0 + MARGIN)
+
+
+@safe_domain("logit")
+def _open_unit(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    if x is None:
+        return None
+    return _below(x, MARGIN) + _above(x, 1.0 - MARGIN)
+
+
+@safe_domain("exp", "expm1")
+def _exp(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _above(x, exp_bound(dtype))
+
+
+@safe_domain("exp2")
+def _exp2(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _above(x, exp_bound(dtype) / math.log(2.0))
+
+
+@safe_domain("sinh", "cosh")
+def _hyperbolic(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _above(x.abs(), exp_bound(dtype))
+
+
+@safe_domain("tan")
+def _tan(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _away_from_zero(torch.cos(x), DIVISOR_EPS)
+
+
+@safe_domain("reciprocal")
+def _reciprocal(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _away_from_zero(x, DIVISOR_EPS)
+
+
+@safe_domain("div", "floor_divide", "remainder", "fmod")
+def _divisor_second(args, kwargs, dtype):
+    y = _float(_arg(args, kwargs, 1, "other"))
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+
+
+@safe_domain("rdiv", "rfloor_divide", "rremainder")
+def _divisor_first(args, kwargs, dtype):
+    # a.__rtruediv__(b) computes b / a: the tensor the method is called on is the divisor.
+    y = _float(_arg(args, kwargs, 0, "self", "input"))
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+
+
+@safe_domain("xlogy")
+def _xlogy(args, kwargs, dtype):
+    y = _float(_arg(args, kwargs, 1, "other"))
+    return None if y is None else _below(y, MARGIN)
+
+
+def _pow_loss(base: Any, exponent: Any, dtype: torch.dtype) -> torch.Tensor | None:
+    b, e = _float(base), _float(exponent)
+    parts = []
+    integral_exponent = isinstance(exponent, int) or (
+        isinstance(exponent, float) and float(exponent).is_integer()
+    )
+    if b is not None and not integral_exponent:
+        parts.append(_below(b, MARGIN))  # negative base with fractional exponent -> NaN
+    # |exponent * log|base|| bounded keeps the result away from overflow and from 0 ** negative.
+    log_b = torch.log(b.abs() + 1e-6) if b is not None else (
+        math.log(abs(base) + 1e-6) if isinstance(base, (int, float)) else None
+    )
+    exp_v = e if e is not None else (exponent if isinstance(exponent, (int, float)) else None)
+    if log_b is not None and exp_v is not None and (b is not None or e is not None):
+        parts.append(_above((exp_v * log_b).abs(), exp_bound(dtype)))
+    return _sum(parts)
+
+
+@safe_domain("pow")
+def _pow(args, kwargs, dtype):
+    return _pow_loss(_arg(args, kwargs, 0, "input", "self"), _arg(args, kwargs, 1, "exponent", "other"), dtype)
+
+
+@safe_domain("rpow")
+def _rpow(args, kwargs, dtype):
+    # a.__rpow__(b) computes b ** a.
+    return _pow_loss(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"), dtype)
+
+
+def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
+    """The repair loss for operator `name` on these inputs: the table's, or the generic one
+    when the table has none or its loss is already zero (the inputs are inside the domain
+    but the result still overflowed)."""
+    fn = SAFE_DOMAIN.get(name)
+    loss = None
+    if fn is not None:
+        try:
+            loss = fn(args, kwargs, dtype)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            loss = None
+        if loss is not None and (not loss.requires_grad or not float(loss.detach()) > 0.0):
+            loss = None
+    if loss is None:
+        loss = magnitude_loss(args, kwargs, dtype)
+    return loss
+
+
+def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
+    """The table's loss alone (no fallback): keeps an already repaired operator repaired."""
+    fn = SAFE_DOMAIN.get(name)
+    if fn is None:
+        return None
+    try:
+        loss = fn(args, kwargs, dtype)
+    except (RuntimeError, TypeError, ValueError, IndexError):
+        return None
+    return loss if loss is not None and loss.requires_grad else None

@@ -1,0 +1,591 @@
+"""WorkerPool: run trusted NNForge functions on untrusted programs in throwaway subprocesses.
+
+Every generated or LLM-written program runs only inside a worker (`nnforge.oracle.worker`):
+a freshly spawned interpreter in its own session and process group, with a temp dir as cwd,
+an environment stripped of API keys and tokens, a per-call timeout and an RSS watchdog. A worker
+serves many calls; when one kills it, that call's `WorkerOutcome` says how (`segfault` with the
+signal and the faulthandler traceback, `timeout` with where it hung, `oom`) and the next call
+gets a fresh worker. The parent never imports the program under test.
+
+    with WorkerPool(size=2, timeout_s=30) as pool:
+        pool.warmup()
+        out = pool.call("nnforge.oracle.worker:exec_program", {"program": src, "entry": "main"})
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import pickle
+import queue
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnforge.oracle.worker import FAULT_LOG, HEADER, OUTPUT_LOG, encode_frame, strip_worker_frames
+
+STATUSES = ("ok", "error", "segfault", "timeout", "oom")
+
+# Environment variables a program must never see. Matched case-insensitively on the name.
+SECRET_ENV_PATTERNS = (
+    "*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "*AUTH*",
+    "*COOKIE*", "*SESSION*", "*PROXY*",
+    "OPENAI_*", "ANTHROPIC_*", "HF_*", "HUGGING*", "AWS_*", "GITHUB_*", "GH_*", "GITLAB_*",
+    "AZURE_*", "GOOGLE_*", "GCP_*", "GCLOUD_*", "LANGCHAIN_*", "LANGSMITH_*", "WANDB_*",
+    "COHERE_*", "MISTRAL_*", "GROQ_*", "TOGETHER_*", "REPLICATE_*", "DEEPSEEK_*",
+    "NNFORGE_LLM_*", "SSH_*", "GPG_*", "DOCKER_*", "KUBE*", "NETRC", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+)
+
+_FRAME_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
+_POLL_S = 0.05
+_DUMP_WAIT_S = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """What one call did. `value` is set only when `status == "ok"`; frames run outermost first."""
+
+    status: str
+    value: Any = None
+    exc_type: str | None = None
+    exc_message: str | None = None
+    traceback: str = ""
+    frames: list[tuple[str, int, str]] = field(default_factory=list)
+    signal: str | None = None
+    elapsed_s: float = 0.0
+    output_tail: str = ""
+    worker_pid: int = 0
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"WorkerOutcome.status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but `value` (which may be any picklable object); `value_repr` stands in."""
+        return {
+            "status": self.status,
+            "value_repr": None if self.value is None else repr(self.value)[:2000],
+            "exc_type": self.exc_type,
+            "exc_message": self.exc_message,
+            "traceback": self.traceback,
+            "frames": [list(f) for f in self.frames],
+            "signal": self.signal,
+            "elapsed_s": self.elapsed_s,
+            "output_tail": self.output_tail,
+            "worker_pid": self.worker_pid,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "WorkerOutcome":
+        return cls(
+            status=data["status"],
+            value=None,
+            exc_type=data.get("exc_type"),
+            exc_message=data.get("exc_message"),
+            traceback=data.get("traceback", ""),
+            frames=[(f[0], int(f[1]), f[2]) for f in data.get("frames", [])],
+            signal=data.get("signal"),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+            output_tail=data.get("output_tail", ""),
+            worker_pid=int(data.get("worker_pid", 0)),
+        )
+
+
+class PoolClosedError(RuntimeError):
+    """A call was made on (or was running when someone closed) a closed WorkerPool."""
+
+
+# -- environment ----------------------------------------------------------------------------
+def is_secret_env_name(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in SECRET_ENV_PATTERNS)
+
+
+def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of `base` (default: os.environ) without anything that looks like a credential."""
+    base = dict(os.environ if base is None else base)
+    return {k: v for k, v in base.items() if not is_secret_env_name(k)}
+
+
+def default_inductor_cache_dir() -> str:
+    from nnforge.core.settings import load_settings
+
+    return os.path.abspath(os.path.expanduser(load_settings().inductor_cache_dir))
+
+
+# -- faulthandler dumps -----------------------------------------------------------------------
+def frames_from_fault_dump(text: str) -> list[tuple[str, int, str]]:
+    """Frames of the thread that crashed (or was signalled), outermost first.
+
+    faulthandler prints "Current thread 0x... (most recent call first):" followed by one
+    `File "...", line N in func` per frame; other threads come as "Thread 0x...". Worker
+    internals are dropped so the frames start at the called NNForge function.
+    """
+    blocks: list[tuple[bool, list[tuple[str, int, str]]]] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Current thread") or stripped.startswith("Thread 0x"):
+            blocks.append((stripped.startswith("Current thread"), []))
+            continue
+        m = _FRAME_LINE.match(line)
+        if m and blocks:
+            blocks[-1][1].append((m["file"], int(m["line"]), m["func"]))
+    if not blocks:
+        return []
+    chosen = next((frames for current, frames in blocks if current), blocks[0][1])
+    return strip_worker_frames(list(reversed(chosen)))
+
+
+def _fault_dump_in(text: str) -> str:
+    """A faulthandler dump printed to stderr (when a program re-pointed faulthandler), or ''."""
+    for marker in ("Fatal Python error", "Current thread 0x"):
+        i = text.rfind(marker)
+        if i >= 0:
+            return text[i:]
+    return ""
+
+
+_PROGRAM_MODULE = re.compile(r"\w+_\d+_\d+\Z")  # the names program_loader.load_program gives
+
+
+class _ReplyUnpickler(pickle.Unpickler):
+    """Unpickles a worker's reply without ever importing a program module in the parent."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if _PROGRAM_MODULE.match(module.split(".")[0]):
+            raise pickle.UnpicklingError(
+                f"the result refers to {module}.{name}, defined by the program under test; "
+                "the parent never imports programs, so return plain data (tensors, numbers, dicts)"
+            )
+        return super().find_class(module, name)
+
+
+def _load_reply(body: bytes) -> Any:
+    return _ReplyUnpickler(io.BytesIO(body)).load()
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _tail(path: str, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return ("...[truncated]\n" + text) if size > limit else text
+
+
+def _truncate(path: str) -> None:
+    try:
+        os.truncate(path, 0)
+    except OSError:
+        pass
+
+
+# -- one worker process -----------------------------------------------------------------------
+class _WorkerDied(Exception):
+    def __init__(self, why: str, detail: str = "", rss: int = 0):
+        super().__init__(why)
+        self.why, self.detail, self.rss = why, detail, rss
+
+
+class _Worker:
+    """One child process; used by one thread at a time (the pool hands out whole workers)."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...], work_root: str | None):
+        self.workdir = tempfile.mkdtemp(prefix="nnforge-worker-", dir=work_root)
+        os.mkdir(os.path.join(self.workdir, "tmp"))
+        self.output_log = os.path.join(self.workdir, OUTPUT_LOG)
+        self.fault_log = os.path.join(self.workdir, FAULT_LOG)
+        child_env = dict(env)
+        child_env["TMPDIR"] = os.path.join(self.workdir, "tmp")
+        argv = [sys.executable, "-u", "-m", "nnforge.oracle.worker", "--workdir", self.workdir]
+        for name in preload:
+            argv += ["--preload", name]
+        with open(self.output_log, "ab") as log:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                cwd=self.workdir, env=child_env, start_new_session=True, close_fds=True,
+            )
+        self.pid = self.proc.pid
+        self.calls = 0
+        self.ready = False
+        self.preload_errors: list[str] = []
+        self._buf = bytearray()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    # Waiting for one frame, with a deadline and the RSS watchdog.
+    def _await_frame(self, deadline: float, memory_bytes: int | None) -> Any:
+        fd = self.proc.stdout.fileno()
+        while True:
+            if len(self._buf) >= HEADER.size:
+                (size,) = HEADER.unpack_from(self._buf)
+                if len(self._buf) >= HEADER.size + size:
+                    body = bytes(self._buf[HEADER.size:HEADER.size + size])
+                    del self._buf[:HEADER.size + size]
+                    return body
+            if memory_bytes is not None:
+                rss = _rss_bytes(self.pid)
+                if rss > memory_bytes:
+                    raise _WorkerDied("oom", rss=rss)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _WorkerDied("timeout")
+            readable, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
+            if readable:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    raise _WorkerDied("exited")
+                self._buf += chunk
+
+    def wait_ready(self, timeout_s: float) -> None:
+        if self.ready:
+            return
+        body = self._await_frame(time.monotonic() + timeout_s, None)
+        kind, pid, errors = pickle.loads(body)
+        if kind != "ready" or pid != self.pid:
+            raise _WorkerDied("protocol", f"unexpected handshake {kind!r} from pid {pid}")
+        self.ready, self.preload_errors = True, list(errors)
+
+    def request(self, frame: bytes, timeout_s: float, memory_bytes: int) -> bytes:
+        """Send one encoded call; return the reply's pickled body. Raises _WorkerDied if the child dies."""
+        _truncate(self.output_log)
+        _truncate(self.fault_log)
+        try:
+            self.proc.stdin.write(frame)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _WorkerDied("exited") from None
+        self.calls += 1
+        return self._await_frame(time.monotonic() + timeout_s, memory_bytes)
+
+    def dump_stacks(self) -> None:
+        """Ask faulthandler in the child for every thread's stack (SIGUSR1); wait for it briefly."""
+        try:
+            os.kill(self.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return
+        end, last = time.monotonic() + _DUMP_WAIT_S, -1
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            size = os.path.getsize(self.fault_log) if os.path.exists(self.fault_log) else 0
+            if size > 0 and size == last:
+                return
+            last = size
+
+    def kill(self) -> int | None:
+        """SIGKILL the whole process group and reap the child; returns its exit status."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            return None
+
+    def shutdown(self) -> None:
+        """Graceful when idle: close stdin so the loop ends, then make sure the group is gone."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.dispose()
+
+    def dispose(self) -> None:
+        self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# -- the pool ---------------------------------------------------------------------------------
+class _Slot:
+    """A place for one worker; the pool's queue hands out slots, so a slot has one user at a time."""
+
+    def __init__(self) -> None:
+        self.worker: _Worker | None = None
+
+
+class WorkerPool:
+    """N sandboxed workers shared by any number of threads; `call` blocks until one is free.
+
+    `env`: extra variables for the children, set on top of the parent's environment with
+    credentials removed (these extras are taken as given, not scrubbed). TORCHINDUCTOR_CACHE_DIR
+    is `inductor_cache_dir` (default: Settings.inductor_cache_dir) so compiled kernels stay warm
+    across workers and runs. `preload` modules are imported by every worker before it reports
+    ready, so a restarted worker is as warm as the first one.
+    """
+
+    def __init__(
+        self,
+        size: int = 1,
+        timeout_s: float = 60.0,
+        memory_mb: int = 6000,
+        recycle_after: int = 200,
+        env: dict[str, str] | None = None,
+        *,
+        inductor_cache_dir: str | None = None,
+        preload: tuple[str, ...] | list[str] = ("torch",),
+        startup_timeout_s: float = 180.0,
+        output_tail_kb: int = 32,
+        work_root: str | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one worker, got size={size}")
+        self.size = size
+        self.timeout_s = float(timeout_s)
+        self.memory_mb = int(memory_mb)
+        self.recycle_after = max(1, int(recycle_after))
+        self.preload = tuple(preload)
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.output_tail_bytes = int(output_tail_kb) * 1024
+        self.work_root = work_root
+        cache_dir = os.path.abspath(os.path.expanduser(inductor_cache_dir)) if inductor_cache_dir else default_inductor_cache_dir()
+        os.makedirs(cache_dir, exist_ok=True)
+        self.inductor_cache_dir = cache_dir
+        child_env = scrubbed_environ()
+        child_env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+        child_env["PYTHONUNBUFFERED"] = "1"
+        child_env.update(env or {})
+        self._env = child_env
+
+        self._lock = threading.Lock()
+        self._closed = False
+        self._slots = [_Slot() for _ in range(size)]
+        self._free: queue.Queue[_Slot] = queue.Queue()
+        for slot in self._slots:
+            self._free.put(slot)
+        self._stats = {"calls": 0, "ok": 0, "errors": 0, "restarts": 0, "recycles": 0,
+                       "timeouts": 0, "segfaults": 0, "ooms": 0, "started": 0}
+        self._finalizer = weakref.finalize(self, _kill_all, self._slots)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill every worker (busy ones too) and remove their temp dirs. Idempotent."""
+        with self._lock:
+            self._closed = True
+        _kill_all(self._slots)
+
+    def warmup(self) -> None:
+        """Start every worker now and wait until each has imported `preload` (torch by default)."""
+        slots = [self._acquire() for _ in range(self.size)]
+        try:
+            for slot in slots:
+                if slot.worker is None or not slot.worker.alive():
+                    self._replace(slot, reason=None)
+            for slot in slots:
+                assert slot.worker is not None
+                try:
+                    slot.worker.wait_ready(self.startup_timeout_s)
+                except _WorkerDied:
+                    self._discard(slot)
+        finally:
+            for slot in slots:
+                self._free.put(slot)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            out = dict(self._stats)
+        out["alive"] = sum(1 for s in self._slots if s.worker is not None and s.worker.alive())
+        out["size"] = self.size
+        return out
+
+    # -- calls --------------------------------------------------------------------------------
+    def call(self, func_path: str, payload: Any = None, timeout_s: float | None = None) -> WorkerOutcome:
+        """Run `func_path(payload)` in a worker; never raises for what the call did.
+
+        `func_path` is "package.module:function" naming a trusted NNForge function (e.g.
+        "nnforge.oracle.worker:exec_program"); the program under test travels inside `payload`.
+        """
+        if ":" not in func_path:
+            raise ValueError(f"function path must look like 'package.module:function', got {func_path!r}")
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        try:
+            frame = encode_frame(("call", func_path, payload))
+        except Exception as exc:  # the caller's mistake; no worker is involved
+            raise TypeError(f"payload for {func_path} cannot be pickled: {exc}") from exc
+        slot = self._acquire()
+        try:
+            return self._call_on(slot, frame, timeout)
+        finally:
+            self._free.put(slot)
+
+    def _acquire(self) -> _Slot:
+        while True:
+            if self._closed:
+                raise PoolClosedError("the WorkerPool is closed")
+            try:
+                return self._free.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def _call_on(self, slot: _Slot, frame: bytes, timeout: float) -> WorkerOutcome:
+        with self._lock:
+            self._stats["calls"] += 1
+        worker = slot.worker
+        if worker is None or not worker.alive():
+            worker = self._replace(slot, reason="restart" if worker is not None else None)
+        try:
+            worker.wait_ready(self.startup_timeout_s)
+        except _WorkerDied as died:
+            tail = _tail(worker.output_log, self.output_tail_bytes)
+            self._discard(slot)
+            self._raise_if_closed()
+            return self._count(WorkerOutcome(
+                status="error", exc_type="WorkerStartError",
+                exc_message=f"the worker did not start ({died.why}{': ' + died.detail if died.detail else ''})",
+                traceback=tail, output_tail=tail, worker_pid=worker.pid,
+            ))
+
+        start = time.monotonic()
+        try:
+            body = worker.request(frame, timeout, self.memory_mb * 1024 * 1024)
+        except _WorkerDied as died:
+            outcome = self._death_outcome(worker, died, time.monotonic() - start, timeout)
+            self._discard(slot)
+            self._raise_if_closed()
+            self._replace(slot, reason="restart")  # spawn now: it imports while the caller works
+            return self._count(outcome)
+        elapsed = time.monotonic() - start
+        tail = _tail(worker.output_log, self.output_tail_bytes)
+        try:
+            kind, data = _load_reply(body)
+        except Exception as exc:  # e.g. a result whose class lives in the program module
+            outcome = WorkerOutcome(
+                status="error", exc_type="ResultUnpicklingError",
+                exc_message=f"the worker's result could not be unpickled in the parent: {type(exc).__name__}: {exc}",
+                elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid,
+            )
+        else:
+            if kind == "ok":
+                outcome = WorkerOutcome(status="ok", value=data, elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid)
+            else:
+                outcome = WorkerOutcome(
+                    status="error", exc_type=data["type"], exc_message=data["message"],
+                    traceback=data["traceback"], frames=[tuple(f) for f in data["frames"]],
+                    elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid,
+                )
+        if worker.calls >= self.recycle_after:
+            self._discard(slot, graceful=True)
+            if not self._closed:
+                self._replace(slot, reason="recycle")
+        return self._count(outcome)
+
+    def _death_outcome(self, worker: _Worker, died: _WorkerDied, elapsed: float, timeout: float) -> WorkerOutcome:
+        if died.why == "timeout":
+            worker.dump_stacks()
+        status_code = worker.kill()
+        dump = ""
+        try:
+            with open(worker.fault_log, encoding="utf-8", errors="replace") as f:
+                dump = f.read()
+        except OSError:
+            pass
+        tail = _tail(worker.output_log, self.output_tail_bytes)
+        if not dump.strip():
+            dump = _fault_dump_in(tail)
+        frames = frames_from_fault_dump(dump)
+        common = dict(traceback=dump, frames=frames, elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid)
+        if died.why == "timeout":
+            return WorkerOutcome(status="timeout", exc_type="Timeout",
+                                 exc_message=f"the call ran longer than {timeout:g} s", signal="SIGKILL", **common)
+        if died.why == "oom":
+            return WorkerOutcome(status="oom", exc_type="MemoryLimit",
+                                 exc_message=f"worker RSS {died.rss / 2**20:.0f} MB exceeded the {self.memory_mb} MB limit",
+                                 signal="SIGKILL", **common)
+        if status_code is not None and status_code < 0:
+            name = _signal_name(-status_code)
+            if name == "SIGKILL":  # not sent by us: the kernel's OOM killer, almost always
+                return WorkerOutcome(status="oom", exc_type="Killed",
+                                     exc_message="the worker was killed by SIGKILL (likely the kernel OOM killer)",
+                                     signal=name, **common)
+            return WorkerOutcome(status="segfault", exc_type="WorkerCrashed",
+                                 exc_message=f"the worker died on {name}", signal=name, **common)
+        return WorkerOutcome(status="error", exc_type="WorkerExited",
+                             exc_message=f"the worker exited with status {status_code} during the call"
+                                         + (f" ({died.detail})" if died.detail else ""),
+                             **common)
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def _replace(self, slot: _Slot, reason: str | None) -> _Worker:
+        if slot.worker is not None:
+            self._discard(slot)
+        self._raise_if_closed()
+        worker = _Worker(self._env, self.preload, self.work_root)
+        slot.worker = worker
+        with self._lock:
+            self._stats["started"] += 1
+            if reason == "restart":
+                self._stats["restarts"] += 1
+            elif reason == "recycle":
+                self._stats["recycles"] += 1
+        if self._closed:  # closed while we were spawning: don't leak the new child
+            _kill_all([slot])
+            raise PoolClosedError("the WorkerPool was closed")
+        return worker
+
+    def _discard(self, slot: _Slot, graceful: bool = False) -> None:
+        worker, slot.worker = slot.worker, None
+        if worker is not None:
+            worker.shutdown() if graceful else worker.dispose()
+
+    def _raise_if_closed(self) -> None:
+        if self._closed:
+            raise PoolClosedError("the WorkerPool was closed during the call")
+
+    def _count(self, outcome: WorkerOutcome) -> WorkerOutcome:
+        key = {"ok": "ok", "error": "errors", "timeout": "timeouts", "segfault": "segfaults", "oom": "ooms"}[outcome.status]
+        with self._lock:
+            self._stats[key] += 1
+        return outcome
+
+
+def _kill_all(slots: list[_Slot]) -> None:
+    for slot in slots:
+        worker = slot.worker
+        if worker is not None:
+            worker.dispose()

@@ -1,0 +1,138 @@
+"""Eager PyTorch (the reference) and torch.compile's three layers as rungs.
+
+Ladder for target `inductor`: `dynamo` (torch.compile backend "eager": only Dynamo's graph
+capture) -> `aot_autograd` (backend "aot_eager": + AOTAutograd, functionalisation and
+decompositions) -> `inductor` (+ Inductor's lowering and code generation). The first rung that
+disagrees with eager names the guilty layer.
+
+Target parameters (`inductor:dynamic=true,fullgraph=true,mode=max-autotune-no-cudagraphs`) go to
+every torch.compile rung; `mode` only to Inductor (the other backends take no mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from nnforge.oracle.backend import Backend, TargetSpec, register_backend, register_target
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+@register_backend
+class EagerBackend(Backend):
+    """Plain eager PyTorch: the reference every rung is compared with (not a rung of any target).
+
+    While it runs it records, through a dispatch mode, the index outputs of argmax/argmin/max/min/
+    sort/topk that saw ties (their index is unspecified, so they are not compared there) and
+    whether any random op ran (then only a backend that shares torch's RNG can be compared).
+    """
+
+    name = "eager"
+    torch_side_effects = True
+
+    def __init__(self, record: bool = False, **params: Any):
+        super().__init__(**params)
+        self.record = record
+        self.tie_masks: dict[int, dict[str, Any]] = {}
+        self.used_rng = False
+
+    @classmethod
+    def version(cls) -> str:
+        return _torch_version()
+
+    def run_one(self, model: Any, args: tuple[Any, ...], call_index: int) -> Any:
+        if not self.record:
+            return model(*args)
+        from nnforge.oracle.compare import TieRecorder
+
+        with TieRecorder() as rec:
+            out = model(*args)
+        self.used_rng = self.used_rng or rec.used_rng
+        self.tie_masks[call_index] = rec.masks_for(out)
+        return out
+
+
+class TorchCompileBackend(Backend):
+    """torch.compile with one of its backends; Dynamo's caches are dropped before each sequence."""
+
+    compile_backend: ClassVar[str] = ""
+    torch_side_effects = True
+    stateful = True
+    params = ("dynamic", "fullgraph", "mode")
+
+    def __init__(self, **params: Any):
+        super().__init__(**params)
+        self._compiled: Any = None
+
+    @classmethod
+    def version(cls) -> str:
+        return _torch_version()
+
+    def compiler(self) -> Any:
+        """What to pass as torch.compile's `backend` (a name or a callable)."""
+        return self.compile_backend
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"backend": self.compiler()}
+        if self.options.get("dynamic") is not None:
+            kw["dynamic"] = bool(self.options["dynamic"])
+        if self.options.get("fullgraph"):
+            kw["fullgraph"] = True
+        return kw
+
+    def begin(self, model: Any) -> None:
+        import torch
+
+        configure_torch()
+        torch._dynamo.reset()
+        self._compiled = torch.compile(model, **self.compile_kwargs())
+
+    def reset(self) -> None:
+        import torch
+
+        torch._dynamo.reset()
+
+    def run_one(self, model: Any, args: tuple[Any, ...], call_index: int) -> Any:
+        return self._compiled(*args)
+
+
+@register_backend
+class DynamoBackend(TorchCompileBackend):
+    name = "dynamo"
+    compile_backend = "eager"
+
+
+@register_backend
+class AotAutogradBackend(TorchCompileBackend):
+    name = "aot_autograd"
+    compile_backend = "aot_eager"
+
+
+@register_backend
+class InductorBackend(TorchCompileBackend):
+    name = "inductor"
+    compile_backend = "inductor"
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        kw = super().compile_kwargs()
+        if self.options.get("mode"):
+            kw["mode"] = str(self.options["mode"])
+        return kw
+
+
+def configure_torch() -> None:
+    """Settings every compiled run needs to be comparable with eager."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fallback_random = True  # random ops draw from torch's RNG, as eager does
+
+
+register_target(TargetSpec("inductor", ("dynamo", "aot_autograd", "inductor"),
+                           doc="torch.compile with Inductor; blames Dynamo, AOTAutograd or Inductor"))
+register_target(TargetSpec("aot_eager", ("dynamo", "aot_autograd"),
+                           doc="torch.compile backend aot_eager; blames Dynamo or AOTAutograd"))
+register_target(TargetSpec("eager", ("dynamo",), doc="torch.compile backend eager: Dynamo's capture alone"))

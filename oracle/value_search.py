@@ -1,0 +1,668 @@
+"""Value search: inputs and weights for which no operator of a program yields NaN or Inf.
+
+A test whose reference run produces NaN or Inf somewhere says little about the compiler under
+test: NaN comparisons are vacuous, and a NaN that never reaches the output (argmax of a NaN
+tensor, `where(mask, log(x), 0)`) still lets eager and compiled code disagree legitimately.
+So before a test runs, we look for values that keep every intermediate finite.
+
+The search works on any program, not only generated ones: every operator call is intercepted at
+run time by a `TorchFunctionMode`. That level sees `torch.*` functions, `torch.nn.functional`
+calls, tensor methods, operators (`a / b`), in-place calls and `x[i] = v`, each as one
+user-visible operator, and it sits above autograd, so losses computed on an operator's inputs
+can be differentiated back to the model's inputs and weights. (A `TorchDispatchMode` would see
+the ATen decompositions instead: internal `-inf` fills of attention masks and the like, and
+tensors with no autograd history.)
+
+One iteration:
+1. run the model under the interceptor; the first operator whose output is not finite is the
+   culprit (its inputs were finite, or an earlier operator would have been the culprit);
+2. take an Adam step on the culprit's safe-domain loss (oracle/safe_domain.py), plus the losses
+   of operators that were culprits before (so that repairing one does not break another);
+   operators with zero gradient (floor, relu's flat side, clamp, casts, comparisons) pass the
+   gradient straight through during this run;
+3. when there is no usable gradient, or the loss stops falling, resample the values instead.
+
+Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
+of the inputs never change. Integer and boolean inputs are never differentiated, only
+resampled within their original range.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from nnforge.oracle.safe_domain import SAFE_DOMAIN, COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, loss_for, op_info
+
+__all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call"]
+
+# Ranges tried, in order, when values are resampled instead of descended.
+SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
+    (-1.0, 1.0),
+    (0.5, 2.0),
+    (-0.2, 0.2),
+    (0.1, 1.0),
+    (-3.0, 3.0),
+)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Outcome of one value search.
+
+    `inputs` and `state_dict` hold the values found (on failure: the values the search started
+    from). `culprit` names the operator that was last seen producing NaN/Inf ("output" when only
+    the returned value was non-finite, "exception: ..." when the program raised)."""
+
+    success: bool
+    inputs: tuple
+    state_dict: dict
+    iterations: int
+    elapsed_ms: float
+    culprit: str | None
+    initially_finite: bool
+    method: str  # "none" | "gradient" | "sampling"
+
+    def to_json(self) -> dict:
+        """The scalar fields (the tensors are saved separately, as inputs.pt/state_dict.pt)."""
+        return {
+            "success": self.success,
+            "iterations": self.iterations,
+            "elapsed_ms": self.elapsed_ms,
+            "culprit": self.culprit,
+            "initially_finite": self.initially_finite,
+            "method": self.method,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, inputs: tuple = (), state_dict: dict | None = None) -> "SearchResult":
+        return cls(inputs=tuple(inputs), state_dict=dict(state_dict or {}), **data)
+
+
+# --------------------------------------------------------------------------- interception
+
+
+class _Stop(BaseException):
+    """Ends a forward at its first non-finite operator. A BaseException, so that a program's
+    own `except Exception:` does not swallow it."""
+
+
+def _nonfinite_in(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        if (obj.is_floating_point() or obj.is_complex()) and obj.numel() and obj.layout == torch.strided:
+            return not bool(torch.isfinite(obj).all())
+        return False
+    if isinstance(obj, (tuple, list)):
+        return any(_nonfinite_in(o) for o in obj)
+    return False
+
+
+def _nonfinite_tree(obj: Any) -> bool:
+    leaves, _ = tree_flatten(obj)
+    return any(_nonfinite_in(x) for x in leaves)
+
+
+def _grad_float(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad
+
+
+def _dtype_of(obj: Any) -> torch.dtype:
+    if isinstance(obj, torch.Tensor):
+        return obj.dtype
+    if isinstance(obj, (tuple, list)):
+        for o in obj:
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                return o.dtype
+    return torch.float32
+
+
+class _StraightThrough(torch.autograd.Function):
+    """Returns `value` unchanged; its gradient goes to `proxy` as if the op were the identity."""
+
+    @staticmethod
+    def forward(ctx, value: torch.Tensor, proxy: torch.Tensor) -> torch.Tensor:
+        ctx.proxy_shape = proxy.shape
+        ctx.proxy_dtype = proxy.dtype
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        if grad.shape != ctx.proxy_shape:
+            grad = grad.sum_to_size(ctx.proxy_shape)
+        return None, grad.to(ctx.proxy_dtype)
+
+
+def _broadcastable_to(small: torch.Size, big: torch.Size) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s == b or s == 1 for s, b in zip(reversed(small), reversed(big)))
+
+
+class _Interceptor(TorchFunctionMode):
+    """Watches every operator call of a forward.
+
+    Check mode (`searching=False`): remembers the first operator with a non-finite result and,
+    if `abort`, stops the forward there. Search mode (`searching=True`, grad enabled): also
+    builds the repair loss at the culprit, and rewires zero-gradient operators."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.searching = False
+        self.abort = True
+        self.whole_program = False  # search mode: losses of every operator, not just the first
+        self.seen: set[tuple[int, str]] = set()  # (call index, op) of earlier culprits
+        self.reset()
+
+    def reset(self) -> None:
+        self.index = 0
+        self.culprit: str | None = None
+        self.culprit_key: tuple[int, str] | None = None
+        self.loss: torch.Tensor | None = None
+        self.hinges: list[torch.Tensor] = []
+        self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        info = op_info(func)
+        self.index += 1
+        if not self.searching:
+            out = func(*args, **kwargs)
+            target = args[0] if out is None and info.inplace and args else out
+            if self.culprit is None and _nonfinite_in(target):
+                self.culprit, self.culprit_key = info.name, (self.index, info.name)
+                if self.abort:
+                    raise _Stop
+            return out
+        return self._search_call(func, info, args, kwargs)
+
+    # -- search mode
+
+    def _search_call(self, func, info, args, kwargs):
+        pre = None
+        if info.inplace and args and _grad_float(args[0]):
+            pre = args[0].clone()  # the values before mutation, for the loss
+        out = func(*args, **kwargs)
+        target = args[0] if out is None and info.inplace and args else out
+        key = (self.index, info.name)
+        if _nonfinite_in(target):
+            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
+            if not self.whole_program:
+                self.culprit, self.culprit_key = info.name, key
+                self.loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
+                raise _Stop
+            if not _nonfinite_in(list(loss_args) + list(kwargs.values())):
+                if self.culprit is None:
+                    self.culprit, self.culprit_key = info.name, key
+                loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
+                if loss is not None:
+                    self.hinges.append(loss)
+        elif self.whole_program and info.name in SAFE_DOMAIN:
+            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
+            hinge = hinge_for(info.name, loss_args, kwargs, _dtype_of(target))
+            if hinge is not None:
+                self.hinges.append(hinge)
+        elif key in self.seen:
+            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
+            hinge = hinge_for(info.name, loss_args, kwargs, _dtype_of(target))
+            if hinge is not None:
+                self.hinges.append(hinge)
+        if info.inplace or not isinstance(out, torch.Tensor) or not torch.is_grad_enabled():
+            return out
+        if self.shadows:
+            out = self._through_shadows(func, args, kwargs, out)
+        name = info.name
+        if name in STRAIGHT_THROUGH and out.is_floating_point():
+            x = args[0] if args else None
+            if _grad_float(x) and _broadcastable_to(x.shape, out.shape):
+                out = _StraightThrough.apply(out.detach(), x)
+        elif name in INT_CASTS and not out.is_floating_point():
+            x = args[0] if args else None
+            if _grad_float(x) and x.shape == out.shape:
+                self.shadows[id(out)] = (out, x)
+        elif name in COMPARISONS and out.dtype == torch.bool:
+            a = args[0] if args else None
+            b = args[1] if len(args) > 1 else kwargs.get("other")
+            if _grad_float(a) or _grad_float(b):
+                try:
+                    diff = (a - b) * COMPARISONS[name]
+                except (RuntimeError, TypeError):
+                    diff = None
+                if isinstance(diff, torch.Tensor) and diff.is_floating_point() and diff.shape == out.shape:
+                    self.shadows[id(out)] = (out, diff)
+        return out
+
+    def _shadow_of(self, x: Any) -> torch.Tensor | None:
+        if isinstance(x, torch.Tensor):
+            entry = self.shadows.get(id(x))
+            if entry is not None and entry[0] is x:
+                return entry[1]
+        return None
+
+    def _through_shadows(self, func, args, kwargs, out: torch.Tensor) -> torch.Tensor:
+        """If an argument is an integer/bool tensor with a float shadow, recompute the op on the
+        shadows and let `out` carry that computation's gradient."""
+        flat, spec = tree_flatten((args, kwargs))
+        swapped = False
+        for i, x in enumerate(flat):
+            s = self._shadow_of(x)
+            if s is not None:
+                flat[i] = s
+                swapped = True
+        if not swapped:
+            return out
+        try:
+            s_args, s_kwargs = tree_unflatten(flat, spec)
+            proxy = func(*s_args, **s_kwargs)
+        except Exception:  # the op may insist on integer/bool operands (indexing, where, ...)
+            return out
+        if not (isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad):
+            return out
+        if out.is_floating_point():
+            if _broadcastable_to(proxy.shape, out.shape):
+                return _StraightThrough.apply(out.detach(), proxy)
+        elif proxy.shape == out.shape:
+            self.shadows[id(out)] = (out, proxy)
+        return out
+
+
+# --------------------------------------------------------------------------- one-shot checks
+
+
+def _clone_tensors(inputs: tuple) -> tuple:
+    flat, spec = tree_flatten(tuple(inputs))
+    flat = [x.clone() if isinstance(x, torch.Tensor) else x for x in flat]
+    return tree_unflatten(flat, spec)
+
+
+def first_nonfinite(model: torch.nn.Module, inputs: tuple) -> str | None:
+    """Name of the first operator (in execution order) whose result contains NaN or Inf,
+    "output" if only the returned value does, None if the whole run is finite.
+
+    Runs the model once under no_grad on copies of the inputs (so a forward that mutates its
+    inputs leaves the caller's alone). Exceptions raised by the model propagate."""
+    mode = _Interceptor()
+    try:
+        with torch.no_grad(), mode:
+            out = model(*_clone_tensors(inputs))
+    except _Stop:
+        return mode.culprit
+    return "output" if _nonfinite_tree(out) else None
+
+
+def checked_call(model: torch.nn.Module, inputs: tuple) -> tuple[Any, str | None]:
+    """Run the model to completion (as is: grad mode and inputs untouched) and return its
+    output together with `first_nonfinite`'s answer for that same run."""
+    mode = _Interceptor()
+    mode.abort = False
+    with mode:
+        out = model(*inputs)
+    culprit = mode.culprit
+    if culprit is None and _nonfinite_tree(out):
+        culprit = "output"
+    return out, culprit
+
+
+# --------------------------------------------------------------------------- the search
+
+
+@dataclass
+class _Slot:
+    """One float tensor being optimised: `work` is what the program sees (original dtype and
+    strides), `master` what Adam updates (the same tensor unless work is low precision)."""
+
+    work: torch.Tensor
+    master: torch.Tensor
+    is_param: bool
+    flat_index: int = -1  # position among the flattened inputs; -1 for parameters
+
+
+@dataclass
+class _Outcome:
+    culprit: str | None = None
+    key: tuple[int, str] | None = None
+    loss: torch.Tensor | None = None
+    error: str | None = None
+
+
+class ValueSearch:
+    """Gradient-guided search for values that keep every operator of a program finite.
+
+    `run` mutates the model's float parameters in place when it succeeds, and leaves them as
+    they were when it fails. Deterministic for a given seed (up to where the time budget
+    cuts the search)."""
+
+    def __init__(
+        self,
+        budget_ms: float = 200.0,
+        max_iters: int = 200,
+        seed: int = 0,
+        lr: float = 0.1,
+        patience: int = 12,
+        whole_program: bool = True,
+    ) -> None:
+        self.whole_program = whole_program
+        self.budget_ms = budget_ms
+        self.max_iters = max_iters
+        self.seed = seed
+        self.lr = lr
+        self.patience = patience
+
+    def run(self, model: torch.nn.Module, inputs: tuple) -> SearchResult:
+        start = time.perf_counter()
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
+            return _Run(self, model, tuple(inputs), start).execute()
+
+
+class _Run:
+    """State of one search; lives for one `ValueSearch.run` call."""
+
+    def __init__(self, cfg: ValueSearch, model: torch.nn.Module, inputs: tuple, start: float) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.inputs = inputs
+        self.start = start
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.mode = _Interceptor()
+        self.mode.whole_program = cfg.whole_program
+        self.flat, self.spec = tree_flatten(inputs)
+        self.values = list(self.flat)  # current input leaves; float ones are slot work tensors
+        self.slots: list[_Slot] = []
+        self.int_inputs: list[tuple[int, int, int]] = []  # (flat index, low, high)
+        by_id: dict[int, int] = {}
+        for i, x in enumerate(self.flat):
+            if not isinstance(x, torch.Tensor):
+                continue
+            if x.is_floating_point() and _dense(x):
+                if id(x) in by_id:  # the same tensor passed twice stays one tensor
+                    self.values[i] = self.values[by_id[id(x)]]
+                    continue
+                by_id[id(x)] = i
+                work = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                with torch.no_grad():
+                    work.copy_(x.detach())
+                work.requires_grad_(True)
+                self.slots.append(_Slot(work, _master(work), False, i))
+                self.values[i] = work
+            elif (x.dtype == torch.bool or not (x.is_floating_point() or x.is_complex())) and x.numel():
+                lo, hi = (0, 1) if x.dtype == torch.bool else (int(x.min()), int(x.max()))
+                self.int_inputs.append((i, lo, hi))
+        self.params: list[tuple[torch.nn.Parameter, torch.Tensor, bool, Any]] = []
+        for p in model.parameters():
+            if p.is_floating_point() and _dense(p):
+                self.params.append((p, p.detach().clone(), p.requires_grad, p.grad))
+                p.requires_grad_(True)
+                p.grad = None
+                self.slots.append(_Slot(p, _master(p), True))
+        self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
+        self.adam = _Adam([s.master for s in self.slots], cfg.lr)
+        self.samples = 0
+        self.gradient_steps = 0
+
+    # -- running the program
+
+    def _forward(self, searching: bool) -> _Outcome:
+        with torch.no_grad():
+            for b, snapshot in self.buffers:
+                b.copy_(snapshot)
+        torch.default_generator.manual_seed(self.cfg.seed)
+        mode = self.mode
+        mode.reset()
+        mode.searching = searching
+        if searching:
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.values]
+        else:
+            args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in self.values]
+        try:
+            with (torch.enable_grad() if searching else torch.no_grad()):
+                with mode:
+                    out = self.model(*tree_unflatten(args, self.spec))
+        except _Stop:
+            return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+        except Exception as e:
+            if mode.culprit is not None:  # raised downstream of a NaN (say, NaN -> int index)
+                return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+            # the program itself failed: not something values can fix here
+            return _Outcome(error=f"exception: {type(e).__name__}: {str(e)[:300]}")
+        finally:
+            mode.shadows = {}
+        if mode.culprit is not None:
+            return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+        if _nonfinite_tree(out):
+            return _Outcome("output", (-1, "output"), _total(None, mode.hinges))
+        return _Outcome()
+
+    def _elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.start) * 1000.0
+
+    # -- changing values
+
+    def _gradient_step(self, loss: torch.Tensor | None, stall: int = 0) -> bool:
+        if loss is None or not self.slots or not loss.requires_grad or not bool(torch.isfinite(loss)):
+            return False
+        for s in self.slots:
+            s.work.grad = None
+            s.master.grad = None
+        try:
+            loss.backward()
+        except RuntimeError:
+            return False
+        moved = False
+        for s in self.slots:
+            g = s.work.grad
+            if g is None:
+                continue
+            g = torch.nan_to_num(g.to(s.master.dtype), nan=0.0, posinf=1e6, neginf=-1e6).clamp_(-1e6, 1e6)
+            s.work.grad = None
+            s.master.grad = g
+            moved = moved or bool(g.any())
+        if not moved:
+            return False
+        self.adam.step(boost=2.0 ** min(stall, 6))
+        self._sync()
+        self.gradient_steps += 1
+        return True
+
+    def _sync(self) -> None:
+        with torch.no_grad():
+            for s in self.slots:
+                if s.master is not s.work:
+                    s.work.copy_(s.master)
+                s.master.grad = None
+
+    def _sample(self) -> None:
+        """Fresh values from the next range; parameters only every other time, so that an
+        input-driven culprit is first tried with the model's own weights."""
+        lo, hi = SAMPLING_RANGES[self.samples % len(SAMPLING_RANGES)]
+        has_inputs = any(not s.is_param for s in self.slots) or bool(self.int_inputs)
+        with torch.no_grad():
+            for s in self.slots:
+                if s.is_param and has_inputs and self.samples % 2 == 0:
+                    continue
+                fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(lo, hi, generator=self.gen)
+                s.master.copy_(fresh)
+            for i, ilo, ihi in self.int_inputs:
+                old = self.values[i]
+                fresh = torch.randint(ilo, ihi + 1, old.shape, generator=self.gen).to(old.dtype)
+                new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
+                new.copy_(fresh)
+                self.values[i] = new
+        self._sync()
+        self.adam.reset()
+        self.samples += 1
+
+    def _repair_nonfinite_start(self) -> None:
+        """Values that are NaN/Inf to begin with are replaced before anything else."""
+        with torch.no_grad():
+            for s in self.slots:
+                bad = ~torch.isfinite(s.master)
+                if bool(bad.any()):
+                    fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(-1.0, 1.0, generator=self.gen)
+                    s.master.copy_(torch.where(bad, fresh, s.master))
+        self._sync()
+
+    # -- the loop
+
+    def execute(self) -> SearchResult:
+        try:
+            first = self._forward(searching=False)
+            if first.error is not None:
+                return self._finish(False, first.error, 0, initially_finite=False)
+            if first.culprit is None:
+                return self._finish(True, None, 0, initially_finite=True)
+            return self._search(first)
+        finally:
+            self._restore_flags()
+
+    def _search(self, first: _Outcome) -> SearchResult:
+        cfg = self.cfg
+        culprit = first.culprit
+        self._repair_nonfinite_start()
+        iterations = 0
+        use_grad = True
+        last_key, best, stall = None, math.inf, 0
+        while iterations < cfg.max_iters and self._elapsed_ms() < cfg.budget_ms:
+            outcome = self._forward(searching=use_grad)
+            if outcome.error is not None and use_grad:
+                use_grad = False  # the instrumented run breaks the program: sample only
+                continue
+            if outcome.error is None and outcome.culprit is None:
+                check = outcome if not use_grad else self._forward(searching=False)
+                if check.error is None and check.culprit is None:
+                    return self._finish(True, None, iterations, initially_finite=False)
+                outcome = check
+            if outcome.culprit is not None:
+                culprit = outcome.culprit
+                if outcome.key is not None:
+                    self.mode.seen.add(outcome.key)
+            elif outcome.error is not None:
+                culprit = outcome.error
+            stepped = False
+            if use_grad and outcome.loss is not None:
+                value = float(outcome.loss.detach())
+                if outcome.key == last_key and not value < best * 0.999:
+                    stall += 1
+                else:
+                    stall = 0
+                best = value if outcome.key != last_key else min(best, value)
+                last_key = outcome.key
+                if stall < cfg.patience:
+                    stepped = self._gradient_step(outcome.loss, stall)
+            if not stepped:
+                self._sample()
+                stall, last_key, best = 0, None, math.inf
+            iterations += 1
+        return self._finish(False, culprit, iterations, initially_finite=False)
+
+    def _finish(self, success: bool, culprit: str | None, iterations: int, initially_finite: bool) -> SearchResult:
+        with torch.no_grad():
+            for b, snapshot in self.buffers:
+                b.copy_(snapshot)
+            if not success:
+                for p, original, _, _ in self.params:
+                    p.copy_(original)
+        if success:
+            final = {}
+            for s in self.slots:
+                if not s.is_param:
+                    orig = self.flat[s.flat_index]
+                    final[id(s.work)] = s.work.detach().requires_grad_(orig.requires_grad)
+            values = [final.get(id(x), x) if isinstance(x, torch.Tensor) else x for x in self.values]
+            inputs = tuple(tree_unflatten(values, self.spec))
+        else:
+            inputs = self.inputs
+        if iterations == 0 and initially_finite:
+            method = "none"
+        elif self.samples:
+            method = "sampling"
+        elif self.gradient_steps:
+            method = "gradient"
+        else:
+            method = "none"
+        self._restore_flags()
+        state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return SearchResult(
+            success=success,
+            inputs=inputs,
+            state_dict=state,
+            iterations=iterations,
+            elapsed_ms=self._elapsed_ms(),
+            culprit=culprit,
+            initially_finite=initially_finite,
+            method=method,
+        )
+
+    def _restore_flags(self) -> None:
+        for p, _, requires_grad, grad in self.params:
+            p.requires_grad_(requires_grad)
+            p.grad = grad
+
+
+class _Adam:
+    """Adam over a few tensors, with a learning rate per tensor scaled to its magnitude and a
+    temporary boost while the loss is flat (straight-through plateaus such as floor's).
+    Written out because torch.optim's first use imports torch._dynamo (seconds) and its
+    per-step bookkeeping costs more than the step itself for a handful of small tensors."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params = params
+        self.b1, self.b2 = betas
+        self.eps = eps
+        self.lrs = []
+        for p in params:
+            scale = float(p.detach().abs().max()) if p.numel() else 1.0
+            self.lrs.append(lr * min(max(1.0, scale if math.isfinite(scale) else 1.0), 100.0))
+        self.reset()
+
+    def reset(self) -> None:
+        self.t = 0
+        self.m = [None] * len(self.params)
+        self.v = [None] * len(self.params)
+
+    @torch.no_grad()
+    def step(self, boost: float = 1.0) -> None:
+        self.t += 1
+        c1 = 1.0 - self.b1**self.t
+        c2 = 1.0 - self.b2**self.t
+        for i, p in enumerate(self.params):
+            g = p.grad
+            if g is None:
+                continue
+            if self.m[i] is None:
+                self.m[i] = torch.zeros_like(p)
+                self.v[i] = torch.zeros_like(p)
+            m, v = self.m[i], self.v[i]
+            m.mul_(self.b1).add_(g, alpha=1.0 - self.b1)
+            v.mul_(self.b2).addcmul_(g, g, value=1.0 - self.b2)
+            denom = (v / c2).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lrs[i] * boost / c1)
+
+
+def _dense(x: torch.Tensor) -> bool:
+    """Strided and non-overlapping (an expanded view cannot be written element by element)."""
+    if x.layout != torch.strided:
+        return False
+    return x.numel() == 0 or all(st != 0 or sz == 1 for sz, st in zip(x.shape, x.stride()))
+
+
+def _master(work: torch.Tensor) -> torch.Tensor:
+    if work.dtype in (torch.float32, torch.float64):
+        return work
+    return work.detach().float().requires_grad_(True)
+
+
+def _total(loss: torch.Tensor | None, hinges: list[torch.Tensor]) -> torch.Tensor | None:
+    parts = [loss] if loss is not None else []
+    parts += [h.to(torch.float32) if h.dtype != torch.float64 else h for h in hinges]
+    if not parts:
+        return None
+    total = parts[0]
+    for h in parts[1:]:
+        total = total + h
+    return total

@@ -1,0 +1,225 @@
+"""The sandbox worker: the child side of `nnforge.oracle.sandbox.WorkerPool`.
+
+Started as `python -u -m nnforge.oracle.worker --workdir DIR [--preload torch]` with its stdin
+and stdout as pipes to the parent and stderr on a log file. It serves calls until stdin closes:
+
+    parent -> child   frame(("call", "package.module:function", payload))
+    child  -> parent  frame(("ok", value)) | frame(("error", {type, message, traceback, frames}))
+
+A frame is an 8-byte big-endian length followed by a plain `pickle` (never multiprocessing's
+ForkingPickler, so tensors travel as bytes, not as shared-memory file descriptors).
+
+Untrusted code may print anything, so the protocol pipes are duplicated to private fds first and
+fd 1 is pointed at the log (fd 0 at /dev/null). faulthandler writes to `faulthandler.log` in
+the work dir on a fatal signal, and on SIGUSR1, which the parent sends before killing a call that
+ran out of time: either way the parent reads where the program was.
+
+This module imports only the standard library: a worker must start fast and must not import
+anything the program could break.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import importlib
+import os
+import pickle
+import shutil
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+from typing import Any, BinaryIO
+
+HEADER = struct.Struct("!Q")
+FAULT_LOG = "faulthandler.log"
+OUTPUT_LOG = "output.log"
+PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+# -- framing (used by both sides) ---------------------------------------------------------------
+def encode_frame(obj: Any) -> bytes:
+    data = pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+    return HEADER.pack(len(data)) + data
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = stream.read(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame_bytes(stream: BinaryIO) -> bytes | None:
+    """The next frame's pickled body, or None at end of stream."""
+    header = _read_exact(stream, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    return _read_exact(stream, size)
+
+
+# -- resolving and calling ------------------------------------------------------------------
+def resolve(func_path: str) -> Any:
+    """`"package.module:attr.attr"` -> the object. Only trusted NNForge functions are named here."""
+    module_name, sep, attr_path = func_path.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"function path must look like 'package.module:function', got {func_path!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def strip_worker_frames(frames: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """Drop the leading frames that belong to the worker's own machinery (runpy, main loop,
+    dispatch, exec_program), so a frame list starts at the called function or the program."""
+    i = 0
+    while i < len(frames) and (frames[i][0] == __file__ or frames[i][0].startswith("<frozen runpy")):
+        i += 1
+    return frames[i:]
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """The structured error the parent turns into a WorkerOutcome (status `error`)."""
+    cls = type(exc)
+    type_name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    frames = strip_worker_frames([(fs.filename, fs.lineno or 0, fs.name) for fs in traceback.extract_tb(exc.__traceback__)])
+    try:
+        message = str(exc)
+    except Exception as e:  # an exception whose __str__ itself raises
+        message = f"<str() of the exception failed: {e!r}>"
+    return {
+        "type": type_name,
+        "message": message,
+        "traceback": "".join(traceback.format_exception(exc)),
+        "frames": frames,
+    }
+
+
+def _reply_for(request_body: bytes, workdir: str) -> bytes:
+    try:
+        kind, func_path, payload = pickle.loads(request_body)
+        if kind != "call":
+            raise ValueError(f"unknown request kind {kind!r}")
+        value = resolve(func_path)(payload)
+        reply: tuple[str, Any] = ("ok", value)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt from a program are errors too
+        reply = ("error", describe_exception(exc))
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        try:
+            os.chdir(workdir)  # a program that chdir'd must not move the next call
+        except OSError:
+            pass
+    try:
+        return encode_frame(reply)
+    except BaseException as exc:  # the value does not pickle
+        err = describe_exception(exc)
+        err["message"] = f"the result could not be pickled: {err['message']}"
+        return encode_frame(("error", err))
+
+
+# -- trusted helpers callable through the pool ----------------------------------------------
+def warm_imports(modules: Any = ("torch",)) -> list[str]:
+    """Import modules now so later calls don't pay for it; returns the ones that imported."""
+    done = []
+    for name in modules or ():
+        importlib.import_module(name)
+        done.append(name)
+    return done
+
+
+def exec_program(payload: dict[str, Any]) -> Any:
+    """Run untrusted program text: load it as a module, then call `entry(*args, **kwargs)` if named.
+
+    payload: {"program": source, "entry": name or None, "args": [...], "kwargs": {...},
+    "name": module name stem (default "program")}. Returns the entry's result (must pickle),
+    or None when there is no entry.
+    """
+    from nnforge.oracle.program_loader import load_program
+
+    module = load_program(payload["program"], payload.get("name") or "program")
+    entry = payload.get("entry")
+    if not entry:
+        return None
+    func = getattr(module, entry)
+    return func(*payload.get("args", ()), **payload.get("kwargs", {}))
+
+
+def getpid(_payload: Any = None) -> int:
+    return os.getpid()
+
+
+# -- main loop ------------------------------------------------------------------------------
+def _watch_parent(parent_pid: int, workdir: str) -> None:
+    """Once the parent is gone, remove our work dir and kill our whole process group, so a hung
+    program never lingers (the parent normally does both; this covers a parent that crashed)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            try:
+                shutil.rmtree(workdir, ignore_errors=True)
+                os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nnforge.oracle.worker")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--preload", action="append", default=[])
+    args = parser.parse_args(argv)
+    workdir = os.path.abspath(args.workdir)
+
+    # Take the protocol pipes private before any untrusted code can print.
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    pass  # os.dup2(2, 1)  # stdout -> the log the parent gave us as stderr
+
+    fault_file = open(os.path.join(workdir, FAULT_LOG), "a", encoding="utf-8")
+    faulthandler.enable(file=fault_file, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
+    os.chdir(workdir)
+
+    threading.Thread(target=_watch_parent, args=(os.getppid(), workdir), name="nnforge-parent-watch", daemon=True).start()
+
+    preload_errors = []
+    for name in args.preload:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            preload_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    try:
+        proto_out.write(encode_frame(("ready", os.getpid(), preload_errors)))
+        while True:
+            body = read_frame_bytes(proto_in)
+            if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)
+                shutil.rmtree(workdir, ignore_errors=True)
+                return 0
+            proto_out.write(_reply_for(body, workdir))
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    # Keep the module's own globals: run as `-m`, this file is `__main__`, and the helpers above
+    # must be the ones `nnforge.oracle.worker:...` resolves to, so call through the real module.
+    from nnforge.oracle import worker as _worker_module
+
+    sys.exit(_worker_module.main())

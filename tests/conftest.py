@@ -1,0 +1,14 @@
+import os
+import tempfile
+
+import pytest
+
+# One warm inductor cache for the whole suite (cold compiles cost ~30 s each).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "nnforge-test-inductor-cache"))
+
+
+@pytest.fixture
+def tmp_case_dir(tmp_path):
+    d = tmp_path / "case"
+    d.mkdir()
+    return d

@@ -1,0 +1,282 @@
+"""The sandbox runs untrusted programs in real worker subprocesses and survives whatever they do."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nnforge.oracle.sandbox import PoolClosedError, WorkerOutcome, WorkerPool, scrubbed_environ
+
+EXEC = "nnforge.oracle.worker:exec_program"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(pool: WorkerPool, program: str, entry: str = "main", *args, timeout_s: float | None = None) -> WorkerOutcome:
+    return pool.call(EXEC, {"program": program, "entry": entry, "args": list(args)}, timeout_s=timeout_s)
+
+
+@pytest.fixture
+def make_pool(tmp_path):
+    pools = []
+
+    def make(**kw) -> WorkerPool:
+        kw.setdefault("preload", ())  # only the tensor test needs torch in the child
+        kw.setdefault("inductor_cache_dir", str(tmp_path / "inductor"))
+        pool = WorkerPool(**kw)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.close()
+
+
+ABORT = """
+import os
+
+def blow_up_with_abort():
+    os.abort()
+
+def main():
+    blow_up_with_abort()
+"""
+
+
+def test_abort_is_a_segfault_with_sigabrt_and_the_programs_traceback_and_the_pool_survives(make_pool):
+    pool = make_pool(size=1)
+    out = run(pool, ABORT)
+    assert out.status == "segfault"
+    assert out.signal == "SIGABRT"
+    assert "blow_up_with_abort" in out.traceback
+    assert out.frames[-1][2] == "blow_up_with_abort"
+    assert out.frames[-1][1] == 5
+    dead_pid = out.worker_pid
+
+    after = run(pool, "def main():\n    return 41 + 1\n")
+    assert after.status == "ok" and after.value == 42
+    assert after.worker_pid != dead_pid
+    stats = pool.stats()
+    assert stats["restarts"] == 1 and stats["segfaults"] == 1 and stats["alive"] == 1
+
+
+def test_ctypes_null_read_is_a_segfault_with_sigsegv(make_pool):
+    pool = make_pool()
+    out = run(pool, "import ctypes\n\ndef read_null():\n    return ctypes.string_at(0)\n", "read_null")
+    assert out.status == "segfault"
+    assert out.signal == "SIGSEGV"
+    assert any(func == "read_null" for _, _, func in out.frames)
+
+
+def test_infinite_loop_times_out_reports_where_it_hung_and_the_pool_carries_on(make_pool):
+    pool = make_pool(timeout_s=30.0)
+    start = time.monotonic()
+    out = run(pool, "def spin_forever():\n    while True:\n        pass\n", "spin_forever", timeout_s=1.5)
+    assert out.status == "timeout"
+    assert 1.5 <= out.elapsed_s < 5
+    assert time.monotonic() - start < 8
+    assert "spin_forever" in out.traceback  # faulthandler dump taken (SIGUSR1) before the kill
+    assert out.frames and out.frames[-1][2] == "spin_forever"
+    assert not _pid_alive(out.worker_pid)
+
+    assert run(pool, "def main():\n    return 'alive'\n").value == "alive"
+    assert pool.stats()["timeouts"] == 1
+
+
+def test_memory_over_the_limit_is_oom(make_pool):
+    pool = make_pool(memory_mb=300, timeout_s=30.0)
+    program = """
+import time
+
+def hog():
+    blocks = []
+    while True:
+        blocks.append(b"x" * (50 << 20))  # written, so it counts in RSS
+        time.sleep(0.01)
+"""
+    out = run(pool, program, "hog")
+    assert out.status == "oom", out
+    assert "300 MB" in out.exc_message
+    assert out.elapsed_s < 10
+    assert not _pid_alive(out.worker_pid)
+    assert run(pool, "def main():\n    return 1\n").status == "ok"
+    assert pool.stats()["ooms"] == 1
+
+
+def test_an_exception_is_a_structured_error_and_the_worker_lives_on(make_pool):
+    pool = make_pool()
+    program = """
+def check(n):
+    if n > 2:
+        raise ValueError(f"n too large: {n}")
+    return n
+
+def main(n):
+    return check(n)
+"""
+    out = run(pool, program, "main", 5)
+    assert out.status == "error"
+    assert out.exc_type == "ValueError"
+    assert out.exc_message == "n too large: 5"
+    assert [func for _, _, func in out.frames] == ["main", "check"]
+    assert out.frames[-1][1] == 4
+    assert "raise ValueError" in out.traceback
+    again = run(pool, program, "main", 1)
+    assert again.status == "ok" and again.value == 1
+    assert again.worker_pid == out.worker_pid
+
+
+def test_child_environment_has_no_api_keys_or_tokens(make_pool, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-programs")
+    monkeypatch.setenv("NNFORGE_LLM_API_KEY", "sk-also-not")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_nope")
+    monkeypatch.setenv("NNFORGE_SANDBOX_PROBE", "visible")
+    pool = make_pool(env={"EXTRA_SETTING": "given"})
+    out = run(pool, "import os\n\ndef main():\n    return dict(os.environ)\n")
+    assert out.status == "ok"
+    env = out.value
+    for secret in ("OPENAI_API_KEY", "NNFORGE_LLM_API_KEY", "GITHUB_TOKEN"):
+        assert secret not in env
+    assert env["NNFORGE_SANDBOX_PROBE"] == "visible"
+    assert env["EXTRA_SETTING"] == "given"
+    assert env["PATH"] == os.environ["PATH"]
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == pool.inductor_cache_dir
+    assert "sk-not-for-programs" not in repr(env)
+
+
+def test_scrubbing_keeps_ordinary_variables():
+    env = scrubbed_environ({"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "AWS_REGION": "x",
+                            "HF_HOME": "/hf", "DB_PASSWORD": "p", "MY_SECRET_THING": "s", "OMP_NUM_THREADS": "1"})
+    assert env == {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+
+
+def test_child_runs_in_its_own_temp_dir_removed_at_close(make_pool):
+    pool = make_pool()
+    out = run(pool, "import os\n\ndef main():\n    os.chdir('/')\n    return os.getcwd()\n")
+    assert out.value == "/"
+    out = run(pool, "import os, sys\n\ndef main():\n    return os.getcwd(), sorted(os.listdir('.')), os.getsid(0) == os.getpid()\n")
+    cwd, listing, own_session = out.value
+    assert own_session
+    assert Path(cwd).resolve() != REPO and not Path(cwd).resolve().is_relative_to(REPO)
+    assert Path(cwd).name.startswith("nnforge-worker-")
+    assert Path(cwd).resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())
+    assert any(name.startswith("program_") and name.endswith(".py") for name in listing)
+    assert os.path.isdir(cwd)
+    pool.close()
+    assert not os.path.exists(cwd)
+    assert not _pid_alive(out.worker_pid)
+    with pytest.raises(PoolClosedError):
+        run(pool, "def main():\n    return 1\n")
+
+
+def test_printing_lots_to_stdout_does_not_break_the_protocol(make_pool):
+    pool = make_pool(output_tail_kb=8)
+    program = """
+import os, sys
+
+def main():
+    for i in range(20000):
+        print("noise line", i, "x" * 200)
+    os.write(1, b"raw bytes on fd 1\\n")
+    sys.stderr.write("stderr says goodbye\\n")
+    return {"done": True}
+"""
+    out = run(pool, program)
+    assert out.status == "ok", out
+    assert out.value == {"done": True}
+    assert "noise line 19999" in out.output_tail
+    assert out.output_tail.rstrip().endswith("stderr says goodbye")
+    assert len(out.output_tail) < 9 * 1024
+    assert run(pool, "def main():\n    return 'still fine'\n").value == "still fine"
+
+
+def test_tensors_round_trip_and_warmup_imports_torch_ahead(make_pool):
+    torch = pytest.importorskip("torch")
+    pool = make_pool(size=1, preload=("torch",))
+    pool.warmup()
+    assert pool.stats()["alive"] == 1
+    program = """
+import sys, torch
+
+def main(x, state):
+    return {"doubled": x * 2, "ints": state["ints"] + 1, "torch_was_loaded_first": True}
+"""
+    x = torch.randn(3, 4, dtype=torch.float64)
+    ints = torch.arange(10, dtype=torch.int32).reshape(2, 5)
+    out = run(pool, program, "main", x, {"ints": ints})
+    assert out.status == "ok", out
+    assert torch.equal(out.value["doubled"], x * 2)
+    assert out.value["doubled"].dtype == torch.float64
+    assert torch.equal(out.value["ints"], ints + 1)
+    assert out.elapsed_s < 1.0  # torch was already imported by warmup
+
+
+def test_a_worker_is_reused_and_recycled_after_recycle_after_calls(make_pool):
+    pool = make_pool(recycle_after=3)
+    pids = [run(pool, "import os\n\ndef main():\n    return os.getpid()\n").value for _ in range(4)]
+    assert pids[0] == pids[1] == pids[2]
+    assert pids[3] != pids[0]
+    assert not _pid_alive(pids[0])
+    stats = pool.stats()
+    assert stats["recycles"] == 1 and stats["restarts"] == 0 and stats["calls"] == 4
+
+
+def test_results_the_parent_cannot_load_are_errors_and_the_program_is_never_imported_here(make_pool):
+    pool = make_pool()
+    program = "class Secret:\n    pass\n\ndef main():\n    return Secret()\n"
+    out = run(pool, program)
+    assert out.status == "error"
+    assert out.exc_type == "ResultUnpicklingError"
+    assert "Secret" in out.exc_message and "never imports programs" in out.exc_message
+    assert not any(name.startswith("program_") for name in sys.modules)
+
+    out = run(pool, "def main():\n    return lambda: 1\n")
+    assert out.status == "error" and "could not be pickled" in out.exc_message
+    assert run(pool, "def main():\n    return 3\n").value == 3
+
+
+def test_exit_mid_call_is_reported_and_the_next_call_gets_a_fresh_worker(make_pool):
+    pool = make_pool()
+    out = run(pool, "import os\n\ndef main():\n    os._exit(3)\n")
+    assert out.status == "error" and out.exc_type == "WorkerExited"
+    assert "status 3" in out.exc_message
+    out = run(pool, "import sys\n\ndef main():\n    sys.exit(4)\n")
+    assert out.status == "error" and out.exc_type == "SystemExit"
+    assert run(pool, "def main():\n    return 'ok'\n").value == "ok"
+
+
+def test_calls_from_many_threads_share_the_workers(make_pool):
+    pool = make_pool(size=2)
+    pool.warmup()
+    program = "import os, time\n\ndef main():\n    time.sleep(0.6)\n    return os.getpid()\n"
+    results: list[WorkerOutcome] = []
+    lock = threading.Lock()
+
+    def worker_thread():
+        out = run(pool, program)
+        with lock:
+            results.append(out)
+
+    threads = [threading.Thread(target=worker_thread) for _ in range(4)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - start
+    assert [r.status for r in results] == ["ok"] * 4
+    assert len({r.value for r in results}) == 2  # two workers, each used twice
+    assert 1.2 <= wall < 2.3  # two rounds of two parallel calls, not four serial ones
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
