@@ -23,7 +23,7 @@ def _root() -> None:
 
 
 # Modules that register commands on `app`, in the order they appear in --help.
-COMMAND_MODULES = ("cmd_generate", "cmd_run")
+COMMAND_MODULES = ("cmd_generate", "cmd_run", "cmd_mutate", "cmd_demo")
 
 
 def _register_commands() -> None:
@@ -36,5 +36,7 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m nnforge.agent.cli`: commands register on the imported module's app
+    from nnforge.agent.cli import main as _main
+
+    _main()

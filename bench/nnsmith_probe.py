@@ -13,6 +13,8 @@ import time
 
 def main() -> None:
     nodes, count = int(sys.argv[1]), int(sys.argv[2])
+    if len(sys.argv) > 3 and sys.argv[3] == "search":
+        return search(nodes, count)
     import torch
     from nnsmith.graph_gen import model_gen
     from nnsmith.materialize import Model
@@ -43,6 +45,35 @@ def main() -> None:
         "p90_ms": times[int(0.9 * (len(times) - 1))] if times else None,
         "ops": len(opset),
     }))
+
+
+def search(nodes: int, count: int) -> None:
+    """nnsmith's value search on its own programs: share whose outputs end finite, and time."""
+    import torch
+    from nnsmith.graph_gen import model_gen
+    from nnsmith.materialize import Model
+    from nnsmith.narrow_spec import auto_opset
+
+    model_type = Model.init("torch", backend_target="cpu")
+    opset = auto_opset(model_type, None, vulops=True)
+    times, finite, total = [], 0, 0
+    for seed in range(count):
+        try:
+            ir = model_gen(opset=opset, method="symbolic-cinit", seed=seed, max_nodes=nodes, timeout_ms=10000).make_concrete()
+            model = model_type.from_gir(ir)
+        except Exception:
+            continue
+        total += 1
+        t = time.perf_counter()
+        model.refine_weights()
+        times.append((time.perf_counter() - t) * 1000)
+        try:
+            oracle = model.make_oracle()
+            finite += all(bool(__import__("numpy").isfinite(v).all()) for v in oracle.output.values())
+        except Exception:
+            pass
+    print(json.dumps({"nodes": nodes, "programs": total, "outputs_finite": finite,
+                      "rate": finite / max(1, total), "median_search_ms": statistics.median(times) if times else None}))
 
 
 if __name__ == "__main__":

@@ -82,19 +82,24 @@ def main() -> None:
     ap.add_argument("--budget-ms", type=float, default=200.0)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--first-only", action="store_true")
+    ap.add_argument("--max-iters", type=int, default=200)
+    ap.add_argument("--lr", type=float, default=0.2)
+    ap.add_argument("--patience", type=int, default=12)
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     rng = random.Random(args.seed)
     torch.manual_seed(args.seed)
-    vs = ValueSearch(budget_ms=args.budget_ms, whole_program=not args.first_only)
+    import os
+    vs = ValueSearch(budget_ms=args.budget_ms, max_iters=args.max_iters, lr=args.lr, patience=args.patience)
     vs.run(*make_program(rng, 3, dtype))  # warm-up
-    initially_bad = ok = 0
+    initially_bad = ok = invalid = 0
     times, iters, methods, culprits = [], [], {}, {}
     for _ in range(args.n):
         model, inputs = make_program(rng, args.ops, dtype)
         res = vs.run(model, inputs)
-        if not res.initially_finite:
+        if res.iterations == 0 and (res.culprit or "").startswith("exception"):
+            invalid += 1  # the random program itself is ill-shaped
+        elif not res.initially_finite:
             initially_bad += 1
             times.append(res.elapsed_ms)
             iters.append(res.iterations)
@@ -104,7 +109,7 @@ def main() -> None:
                 methods[res.method] = methods.get(res.method, 0) + 1
             else:
                 culprits[res.culprit] = culprits.get(res.culprit, 0) + 1
-    print(f"ops={args.ops} dtype={args.dtype} programs={args.n} initially non-finite={initially_bad}")
+    print(f"ops={args.ops} dtype={args.dtype} programs={args.n} invalid={invalid} initially non-finite={initially_bad}")
     if initially_bad:
         print(f"repaired: {ok}/{initially_bad} = {ok / initially_bad:.1%}  methods={methods}")
         print(f"time ms: median {statistics.median(times):.2f}  p90 {sorted(times)[int(0.9 * len(times))]:.2f}"

@@ -9,6 +9,8 @@ buckets as extra constraints (dropped when unsat) so that solutions are not all 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import random
 import time
 from dataclasses import dataclass, field
@@ -78,6 +80,19 @@ class Generated:
     config: GeneratorConfig = field(repr=False, default_factory=GeneratorConfig)
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_out_sig(spec: type[OpSpec]) -> bool:
+    return "out_sig" in inspect.signature(spec.__init__).parameters
+
+
+def _instantiate(spec: type[OpSpec], in_sigs, rng, uid: str, out_sig=None) -> OpSpec:
+    """Specs that can aim their attributes at an output type (reshape, reductions) get `out_sig`
+    on backward insertion; the rest are built with the three standard arguments."""
+    if out_sig is not None and _takes_out_sig(spec):
+        return spec(in_sigs, rng, uid, out_sig=out_sig)
+    return spec(in_sigs, rng, uid)
+
+
 def _fresh_z3_context() -> None:
     """Give this model a new z3 main context.
 
@@ -133,7 +148,10 @@ class GraphGenerator:
                 self.insert_backward(spec)
         return self.finish(t0)
 
-    def add_placeholder(self, sig: tuple[str, int], weight_hint: bool = False) -> int:
+    def add_placeholder(self, sig: tuple[str, int], weight_hint: bool = False, bin_now: bool = True) -> int:
+        """A new leaf value. Its dims are binned now, or (bin_now=False) by the caller once the
+        op consuming it has added its constraints: an op that needs equal dims (cat, bmm) would
+        almost never be satisfiable after independent binning."""
         vid = self._new_id()
         zero_ok = self.rng.random() < self.cfg.zero_size_prob
         t = AbsTensor(sig[0], fresh_shape(f"v{vid}", sig[1]))
@@ -142,10 +160,17 @@ class GraphGenerator:
         cons = [z3.And(d >= lo, d <= self.cfg.max_dim) for d in t.shape]
         cons += self._size_cap(t)
         self.solver.add(*cons)
-        if self.cfg.binning:
-            for d in t.shape:
-                self._try_bin(d, self.cfg.max_dim, lo=lo)
+        if bin_now:
+            self.bin_placeholders([vid])
         return vid
+
+    def bin_placeholders(self, ids: list[int]) -> None:
+        if not self.cfg.binning:
+            return
+        for vid in ids:
+            v = self.vals[vid]
+            for d in v.t.shape:
+                self._try_bin(d, self.cfg.max_dim, lo=0 if v.zero_ok else 1)
 
     def insert_forward(self, spec: type[OpSpec], in_ids: list[int] | None = None) -> bool:
         """Append `spec` consuming existing values (and fresh placeholders where none fit)."""
@@ -154,7 +179,7 @@ class GraphGenerator:
             self.stats.no_match += 1
             return False
         in_ids, new_sigs = planned
-        new_ids = [self.add_placeholder(sig, weight_hint=wh) for sig, wh in new_sigs]
+        new_ids = [self.add_placeholder(sig, weight_hint=wh, bin_now=False) for sig, wh in new_sigs]
         ins = [self.vals[i] for i in in_ids]
         op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
         tensors = [v.t for v in ins]
@@ -182,6 +207,7 @@ class GraphGenerator:
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
         self.stats.inserted += 1
         self._bin_attrs(op)
+        self.bin_placeholders(new_ids)
         return True
 
     def insert_backward(self, spec: type[OpSpec]) -> bool:
@@ -195,9 +221,10 @@ class GraphGenerator:
             self.stats.no_match += 1
             return False
         wset = set(spec.weight_inputs)
-        new_ids = [self.add_placeholder(s, weight_hint=(i in wset and is_float(s[0]))) for i, s in enumerate(in_sigs)]
+        new_ids = [self.add_placeholder(s, weight_hint=(i in wset and is_float(s[0])), bin_now=False)
+                   for i, s in enumerate(in_sigs)]
         ins = [self.vals[i] for i in new_ids]
-        op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
+        op = _instantiate(spec, [v.t.sig for v in ins], self.rng, f"n{self._peek_id()}", out_sig=target.t.sig)
         tensors = [v.t for v in ins]
         cons = list(op.requires(tensors))
         outs = op.type_transfer(tensors)
@@ -217,6 +244,7 @@ class GraphGenerator:
         self.nodes.insert(0, _Node(self._new_id(), op, new_ids, [target.id]))
         self.stats.inserted += 1
         self._bin_attrs(op)
+        self.bin_placeholders(new_ids)
         return True
 
     def finish(self, t0: float | None = None) -> Generated:

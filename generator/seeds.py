@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
 from nnforge.generator.engine import Generated, GeneratorConfig, GraphGenerator
 from nnforge.generator.materialize import to_program
+
+
+INFERENCE_CALL = (CallStep(grad_enabled=False),)
 
 
 def generate_case(cfg: GeneratorConfig) -> tuple[TestCase, Generated]:
@@ -20,7 +24,9 @@ def generate_case(cfg: GeneratorConfig) -> tuple[TestCase, Generated]:
         "generation_ms": round(gen.elapsed_ms, 2),
         "binning": cfg.binning,
     }
-    case = TestCase(program=to_program(gen.graph), graph=gen.graph.to_json(), meta=meta)
+    # Inference: with grad on, AOTAutograd would trace a backward for the parameters, and ops
+    # without a derivative (floor_divide, ...) would fail there while eager's forward runs fine.
+    case = TestCase(program=to_program(gen.graph), calls=INFERENCE_CALL, graph=gen.graph.to_json(), meta=meta)
     return case, gen
 
 

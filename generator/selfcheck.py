@@ -41,8 +41,9 @@ def one_op_graph(spec: type[OpSpec], seed: int, tries: int = 40, binning: bool =
         if not spec.accepts(sigs):
             continue
         gen.deadline = float("inf")
-        ids = [gen.add_placeholder(s, weight_hint=i in spec.weight_inputs) for i, s in enumerate(sigs)]
+        ids = [gen.add_placeholder(s, weight_hint=i in spec.weight_inputs, bin_now=False) for i, s in enumerate(sigs)]
         if gen.insert_forward(spec, ids):
+            gen.bin_placeholders(ids)
             return gen.finish().graph
     raise AssertionError(f"{spec.name}: no satisfiable instance in {tries} tries (is `requires` too strict?)")
 

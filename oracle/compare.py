@@ -123,7 +123,7 @@ def compare_outputs(
         c = compare_leaf(e, a, fp64=ref.get(path), tie_mask=(tie_masks or {}).get(path))
         if not c.ok:
             return Comparison(c.symptom, path or "<output>", i, c.max_abs_err, c.max_rel_err,
-                              c.fp64_rmse_actual, c.fp64_rmse_eager, f"{path or 'output'}: {c.detail}")
+                              c.fp64_rmse_actual, c.fp64_rmse_eager, f"{path}: {c.detail}" if path else c.detail)
     return PASS
 
 

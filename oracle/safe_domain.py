@@ -61,6 +61,7 @@ _ALIASES = {
     "arccosh": "acosh", "arctanh": "atanh",
     "clip": "clamp", "clip_min": "clamp_min", "clip_max": "clamp_max",
     "expit": "sigmoid", "negative": "neg",
+    "gammaln": "lgamma", "psi": "digamma", "multigammaln": "mvlgamma",
     "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
 }
 _INPLACE_DUNDERS = frozenset(
@@ -97,6 +98,8 @@ def op_info(func: Any) -> OpInfo:
     name = name.removeprefix("special_")
     name = _ALIASES.get(name, name)
     info = OpInfo(name=name, inplace=inplace)
+    if len(_INFO_CACHE) > 4096:  # bound methods of properties are fresh objects each access
+        _INFO_CACHE.clear()
     try:
         _INFO_CACHE[func] = info
     except TypeError:
@@ -242,7 +245,19 @@ def _at_least_one(args, kwargs, dtype):
     return None if x is None else _below(x, 1.0 + MARGIN)
 
 
-@safe_domain("logit")
+@safe_domain("entr")
+def _entr(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, 0.0)
+
+
+@safe_domain("xlog1py")
+def _xlog1py(args, kwargs, dtype):
+    y = _float(_arg(args, kwargs, 1, "other"))
+    return None if y is None else _below(y, -1.0 + MARGIN)
+
+
+@safe_domain("logit", "ndtri")
 def _open_unit(args, kwargs, dtype):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     if x is None:
@@ -333,17 +348,16 @@ def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.
     when the table has none or its loss is already zero (the inputs are inside the domain
     but the result still overflowed)."""
     fn = SAFE_DOMAIN.get(name)
-    loss = None
     if fn is not None:
         try:
             loss = fn(args, kwargs, dtype)
         except (RuntimeError, TypeError, ValueError, IndexError):
             loss = None
-        if loss is not None and (not loss.requires_grad or not float(loss.detach()) > 0.0):
-            loss = None
-    if loss is None:
-        loss = magnitude_loss(args, kwargs, dtype)
-    return loss
+        if loss is not None and float(loss.detach()) > 0.0:
+            # Outside the domain: repair by gradient if that input is differentiable at all;
+            # if not (an integer-driven divisor, say), no magnitude loss will help: resample.
+            return loss if loss.requires_grad else None
+    return magnitude_loss(args, kwargs, dtype)
 
 
 def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:

@@ -14,6 +14,7 @@ gets a fresh worker. The parent never imports the program under test.
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import io
 import os
@@ -32,7 +33,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnforge.oracle.worker import FAULT_LOG, HEADER, OUTPUT_LOG, encode_frame, strip_worker_frames
+from nnforge.oracle.worker import FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, encode_frame, strip_worker_frames
 
 STATUSES = ("ok", "error", "segfault", "timeout", "oom")
 
@@ -49,6 +50,8 @@ SECRET_ENV_PATTERNS = (
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
 _POLL_S = 0.05
 _DUMP_WAIT_S = 1.0
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
 
 
 @dataclass(frozen=True)
@@ -239,37 +242,61 @@ class _Worker:
                 cwd=self.workdir, env=child_env, start_new_session=True, close_fds=True,
             )
         self.pid = self.proc.pid
+        for stream in (self.proc.stdin, self.proc.stdout):  # fewer wakeups for big tensors
+            try:
+                fcntl.fcntl(stream.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+            except OSError:
+                pass
         self.calls = 0
         self.ready = False
         self.preload_errors: list[str] = []
-        self._buf = bytearray()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    # Waiting for one frame, with a deadline and the RSS watchdog.
-    def _await_frame(self, deadline: float, memory_bytes: int | None) -> Any:
+    # Waiting for one frame, with a deadline and the RSS watchdog. Calls are strictly
+    # request/reply, so nothing is ever buffered beyond the frame being read.
+    def _await_frame(self, deadline: float, memory_bytes: int | None) -> bytearray:
         fd = self.proc.stdout.fileno()
+        header = bytearray()
+        body: bytearray | None = None
+        view: memoryview | None = None
+        got = 0
+        next_rss_check = 0.0
         while True:
-            if len(self._buf) >= HEADER.size:
-                (size,) = HEADER.unpack_from(self._buf)
-                if len(self._buf) >= HEADER.size + size:
-                    body = bytes(self._buf[HEADER.size:HEADER.size + size])
-                    del self._buf[:HEADER.size + size]
-                    return body
-            if memory_bytes is not None:
+            now = time.monotonic()
+            if memory_bytes is not None and now >= next_rss_check:
                 rss = _rss_bytes(self.pid)
                 if rss > memory_bytes:
                     raise _WorkerDied("oom", rss=rss)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+                next_rss_check = now + _POLL_S
+            if now >= deadline:
                 raise _WorkerDied("timeout")
-            readable, _, _ = select.select([fd], [], [], min(_POLL_S, remaining))
-            if readable:
-                chunk = os.read(fd, 1 << 20)
+            readable, _, _ = select.select([fd], [], [], min(_POLL_S, deadline - now))
+            if not readable:
+                continue
+            if body is None:
+                chunk = os.read(fd, HEADER.size - len(header))
                 if not chunk:
                     raise _WorkerDied("exited")
-                self._buf += chunk
+                header += chunk
+                if len(header) < HEADER.size:
+                    continue
+                magic, size = HEADER.unpack(header)
+                if magic != MAGIC:
+                    raise _WorkerDied("protocol", f"corrupt frame header {bytes(header)!r}")
+                body = bytearray(size)
+                view = memoryview(body)
+                if size == 0:
+                    return body
+            else:
+                assert view is not None
+                n = os.readv(fd, [view[got:]])
+                if n == 0:
+                    raise _WorkerDied("exited")
+                got += n
+                if got == len(body):
+                    return body
 
     def wait_ready(self, timeout_s: float) -> None:
         if self.ready:
@@ -545,6 +572,9 @@ class WorkerPool:
                                      signal=name, **common)
             return WorkerOutcome(status="segfault", exc_type="WorkerCrashed",
                                  exc_message=f"the worker died on {name}", signal=name, **common)
+        if died.why == "protocol":
+            return WorkerOutcome(status="error", exc_type="WorkerProtocolError",
+                                 exc_message=f"the worker broke the pipe protocol: {died.detail}", **common)
         return WorkerOutcome(status="error", exc_type="WorkerExited",
                              exc_message=f"the worker exited with status {status_code} during the call"
                                          + (f" ({died.detail})" if died.detail else ""),

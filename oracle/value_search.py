@@ -38,7 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from nnforge.oracle.safe_domain import SAFE_DOMAIN, COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, loss_for, op_info
+from nnforge.oracle.safe_domain import COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, loss_for, op_info
 
 __all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call"]
 
@@ -95,9 +95,17 @@ class _Stop(BaseException):
 
 def _nonfinite_in(obj: Any) -> bool:
     if isinstance(obj, torch.Tensor):
-        if (obj.is_floating_point() or obj.is_complex()) and obj.numel() and obj.layout == torch.strided:
-            return not bool(torch.isfinite(obj).all())
-        return False
+        if not obj.is_floating_point():
+            if obj.is_complex() and obj.numel() and obj.layout == torch.strided:
+                return not bool(torch.isfinite(obj).all())
+            return False
+        if not obj.numel() or obj.layout != torch.strided:
+            return False
+        # A sum is finite only if every element is (inf + -inf is nan), and it is several times
+        # cheaper than isfinite().all(); a non-finite sum may be mere overflow, so confirm it.
+        if math.isfinite(float(obj.detach().sum())):
+            return False
+        return not bool(torch.isfinite(obj).all())
     if isinstance(obj, (tuple, list)):
         return any(_nonfinite_in(o) for o in obj)
     return False
@@ -155,7 +163,6 @@ class _Interceptor(TorchFunctionMode):
         super().__init__()
         self.searching = False
         self.abort = True
-        self.whole_program = False  # search mode: losses of every operator, not just the first
         self.seen: set[tuple[int, str]] = set()  # (call index, op) of earlier culprits
         self.reset()
 
@@ -193,22 +200,10 @@ class _Interceptor(TorchFunctionMode):
         key = (self.index, info.name)
         if _nonfinite_in(target):
             loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
-            if not self.whole_program:
-                self.culprit, self.culprit_key = info.name, key
-                self.loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
-                raise _Stop
-            if not _nonfinite_in(list(loss_args) + list(kwargs.values())):
-                if self.culprit is None:
-                    self.culprit, self.culprit_key = info.name, key
-                loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
-                if loss is not None:
-                    self.hinges.append(loss)
-        elif self.whole_program and info.name in SAFE_DOMAIN:
-            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
-            hinge = hinge_for(info.name, loss_args, kwargs, _dtype_of(target))
-            if hinge is not None:
-                self.hinges.append(hinge)
-        elif key in self.seen:
+            self.culprit, self.culprit_key = info.name, key
+            self.loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
+            raise _Stop
+        if key in self.seen:
             loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
             hinge = hinge_for(info.name, loss_args, kwargs, _dtype_of(target))
             if hinge is not None:
@@ -288,9 +283,10 @@ def first_nonfinite(model: torch.nn.Module, inputs: tuple) -> str | None:
     Runs the model once under no_grad on copies of the inputs (so a forward that mutates its
     inputs leaves the caller's alone). Exceptions raised by the model propagate."""
     mode = _Interceptor()
+    args = _clone_tensors(inputs)
     try:
         with torch.no_grad(), mode:
-            out = model(*_clone_tensors(inputs))
+            out = model(*args)
     except _Stop:
         return mode.culprit
     return "output" if _nonfinite_tree(out) else None
@@ -343,11 +339,9 @@ class ValueSearch:
         budget_ms: float = 200.0,
         max_iters: int = 200,
         seed: int = 0,
-        lr: float = 0.1,
+        lr: float = 0.2,
         patience: int = 12,
-        whole_program: bool = True,
     ) -> None:
-        self.whole_program = whole_program
         self.budget_ms = budget_ms
         self.max_iters = max_iters
         self.seed = seed
@@ -370,7 +364,6 @@ class _Run:
         self.start = start
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.mode = _Interceptor()
-        self.mode.whole_program = cfg.whole_program
         self.flat, self.spec = tree_flatten(inputs)
         self.values = list(self.flat)  # current input leaves; float ones are slot work tensors
         self.slots: list[_Slot] = []
@@ -404,6 +397,7 @@ class _Run:
         self.adam = _Adam([s.master for s in self.slots], cfg.lr)
         self.samples = 0
         self.gradient_steps = 0
+        self.replaced_nonfinite = False
 
     # -- running the program
 
@@ -443,7 +437,7 @@ class _Run:
 
     # -- changing values
 
-    def _gradient_step(self, loss: torch.Tensor | None, stall: int = 0) -> bool:
+    def _gradient_step(self, loss: torch.Tensor | None) -> bool:
         if loss is None or not self.slots or not loss.requires_grad or not bool(torch.isfinite(loss)):
             return False
         for s in self.slots:
@@ -453,18 +447,18 @@ class _Run:
             loss.backward()
         except RuntimeError:
             return False
-        moved = False
+        grads = []
         for s in self.slots:
             g = s.work.grad
             if g is None:
                 continue
-            g = torch.nan_to_num(g.to(s.master.dtype), nan=0.0, posinf=1e6, neginf=-1e6).clamp_(-1e6, 1e6)
             s.work.grad = None
-            s.master.grad = g
-            moved = moved or bool(g.any())
-        if not moved:
+            g = g.to(s.master.dtype) if g.dtype != s.master.dtype else g
+            s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6)  # sqrt(0)'s infinite slope, say
+            grads.append(g)
+        if not grads or not any(bool(n) for n in torch._foreach_norm(grads)):
             return False
-        self.adam.step(boost=2.0 ** min(stall, 6))
+        self.adam.step()
         self._sync()
         self.gradient_steps += 1
         return True
@@ -503,6 +497,7 @@ class _Run:
             for s in self.slots:
                 bad = ~torch.isfinite(s.master)
                 if bool(bad.any()):
+                    self.replaced_nonfinite = True
                     fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(-1.0, 1.0, generator=self.gen)
                     s.master.copy_(torch.where(bad, fresh, s.master))
         self._sync()
@@ -527,7 +522,10 @@ class _Run:
         iterations = 0
         use_grad = True
         last_key, best, stall = None, math.inf, 0
-        while iterations < cfg.max_iters and self._elapsed_ms() < cfg.budget_ms:
+        # The budget starts after the first (checking) run: it pays one-off costs such as the
+        # first call of an operator in this process, which are not the search's doing.
+        deadline = time.perf_counter() + cfg.budget_ms / 1000.0
+        while iterations < cfg.max_iters and time.perf_counter() < deadline:
             outcome = self._forward(searching=use_grad)
             if outcome.error is not None and use_grad:
                 use_grad = False  # the instrumented run breaks the program: sample only
@@ -553,7 +551,7 @@ class _Run:
                 best = value if outcome.key != last_key else min(best, value)
                 last_key = outcome.key
                 if stall < cfg.patience:
-                    stepped = self._gradient_step(outcome.loss, stall)
+                    stepped = self._gradient_step(outcome.loss)
             if not stepped:
                 self._sample()
                 stall, last_key, best = 0, None, math.inf
@@ -575,11 +573,11 @@ class _Run:
                     final[id(s.work)] = s.work.detach().requires_grad_(orig.requires_grad)
             values = [final.get(id(x), x) if isinstance(x, torch.Tensor) else x for x in self.values]
             inputs = tuple(tree_unflatten(values, self.spec))
-        else:
+        if not success or initially_finite:  # nothing found, or nothing needed: the caller's own
             inputs = self.inputs
         if iterations == 0 and initially_finite:
             method = "none"
-        elif self.samples:
+        elif self.samples or self.replaced_nonfinite:
             method = "sampling"
         elif self.gradient_steps:
             method = "gradient"
@@ -605,8 +603,7 @@ class _Run:
 
 
 class _Adam:
-    """Adam over a few tensors, with a learning rate per tensor scaled to its magnitude and a
-    temporary boost while the loss is flat (straight-through plateaus such as floor's).
+    """Adam over a few tensors, with a learning rate per tensor scaled to its magnitude.
     Written out because torch.optim's first use imports torch._dynamo (seconds) and its
     per-step bookkeeping costs more than the step itself for a handful of small tensors."""
 
@@ -626,22 +623,33 @@ class _Adam:
         self.v = [None] * len(self.params)
 
     @torch.no_grad()
-    def step(self, boost: float = 1.0) -> None:
+    def step(self) -> None:
         self.t += 1
         c1 = 1.0 - self.b1**self.t
         c2 = 1.0 - self.b2**self.t
+        ps, gs, ms, vs, steps = [], [], [], [], []
         for i, p in enumerate(self.params):
-            g = p.grad
-            if g is None:
+            if p.grad is None:
                 continue
             if self.m[i] is None:
                 self.m[i] = torch.zeros_like(p)
                 self.v[i] = torch.zeros_like(p)
-            m, v = self.m[i], self.v[i]
-            m.mul_(self.b1).add_(g, alpha=1.0 - self.b1)
-            v.mul_(self.b2).addcmul_(g, g, value=1.0 - self.b2)
-            denom = (v / c2).sqrt_().add_(self.eps)
-            p.addcdiv_(m, denom, value=-self.lrs[i] * boost / c1)
+            ps.append(p)
+            gs.append(p.grad)
+            ms.append(self.m[i])
+            vs.append(self.v[i])
+            steps.append(-self.lrs[i] / c1)
+        if not ps:
+            return
+        # One fused call per formula line rather than one kernel per tensor.
+        torch._foreach_mul_(ms, self.b1)
+        torch._foreach_add_(ms, gs, alpha=1.0 - self.b1)
+        torch._foreach_mul_(vs, self.b2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1.0 - self.b2)
+        denom = torch._foreach_div(vs, c2)
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(ps, ms, denom, steps)
 
 
 def _dense(x: torch.Tensor) -> bool:

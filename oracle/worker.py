@@ -6,7 +6,7 @@ and stdout as pipes to the parent and stderr on a log file. It serves calls unti
     parent -> child   frame(("call", "package.module:function", payload))
     child  -> parent  frame(("ok", value)) | frame(("error", {type, message, traceback, frames}))
 
-A frame is an 8-byte big-endian length followed by a plain `pickle` (never multiprocessing's
+A frame is a 4-byte magic and an 8-byte big-endian length followed by a plain `pickle` (never multiprocessing's
 ForkingPickler, so tensors travel as bytes, not as shared-memory file descriptors).
 
 Untrusted code may print anything, so the protocol pipes are duplicated to private fds first and
@@ -34,7 +34,8 @@ import time
 import traceback
 from typing import Any, BinaryIO
 
-HEADER = struct.Struct("!Q")
+HEADER = struct.Struct("!4sQ")  # magic, body length: garbage on the pipe is caught, not waited on
+MAGIC = b"NNF1"
 FAULT_LOG = "faulthandler.log"
 OUTPUT_LOG = "output.log"
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -43,18 +44,27 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 # -- framing (used by both sides) ---------------------------------------------------------------
 def encode_frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
-    return HEADER.pack(len(data)) + data
+    return HEADER.pack(MAGIC, len(data)) + data
+
+
+def write_all(stream: BinaryIO, data: bytes) -> None:
+    """Write every byte: an unbuffered pipe write may take only part of a large frame."""
+    view = memoryview(data)
+    while view:
+        n = stream.write(view)
+        view = view[n or 0:]
 
 
 def _read_exact(stream: BinaryIO, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        chunk = stream.read(n)
-        if not chunk:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = stream.readinto(view[got:])
+        if not k:
             return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+        got += k
+    return bytes(buf) if n < 4096 else buf  # pickle.loads takes either
 
 
 def read_frame_bytes(stream: BinaryIO) -> bytes | None:
@@ -62,7 +72,9 @@ def read_frame_bytes(stream: BinaryIO) -> bytes | None:
     header = _read_exact(stream, HEADER.size)
     if header is None:
         return None
-    (size,) = HEADER.unpack(header)
+    magic, size = HEADER.unpack(header)
+    if magic != MAGIC:
+        raise ValueError(f"corrupt frame header {header!r}")
     return _read_exact(stream, size)
 
 
@@ -189,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    pass  # os.dup2(2, 1)  # stdout -> the log the parent gave us as stderr
+    os.dup2(2, 1)  # stdout -> the log the parent gave us as stderr
 
     fault_file = open(os.path.join(workdir, FAULT_LOG), "a", encoding="utf-8")
     faulthandler.enable(file=fault_file, all_threads=True)
@@ -206,13 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             preload_errors.append(f"{name}: {type(exc).__name__}: {exc}")
 
     try:
-        proto_out.write(encode_frame(("ready", os.getpid(), preload_errors)))
+        write_all(proto_out, encode_frame(("ready", os.getpid(), preload_errors)))
         while True:
             body = read_frame_bytes(proto_in)
             if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)
                 shutil.rmtree(workdir, ignore_errors=True)
                 return 0
-            proto_out.write(_reply_for(body, workdir))
+            write_all(proto_out, _reply_for(body, workdir))
     except BrokenPipeError:
         return 0
 

@@ -10,7 +10,6 @@ PyTorch 2.13 CPU eager and TorchScript export (opset 17) + ONNX Runtime 1.32, as
 from __future__ import annotations
 
 import random
-from typing import ClassVar
 
 from nnforge.core.dtypes import ALL_DTYPES, is_float
 from nnforge.generator.spec import register_op, same_dtype_combos
@@ -25,8 +24,6 @@ class CompareSpec(BinarySpec):
     out_rule = "bool"
     onnx_dtypes = ONNX_ALL
     onnx_scalar_dtypes = ONNX_NUMERIC
-    # the operator with the operands swapped: `s < x` is evaluated as `x > s`
-    reflected_operator: ClassVar[str] = ""
 
     def __init__(self, in_sigs, rng: random.Random, uid: str) -> None:
         super().__init__(in_sigs, rng, uid)

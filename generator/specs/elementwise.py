@@ -81,6 +81,7 @@ class ElementwiseSpec(OpSpec):
     """Shared typing for elementwise ops: a result-type rule and measured ONNX dtypes."""
 
     family = "elementwise"
+    onnx = False
     out_rule: ClassVar[str] = "same"
     # Data-input dtypes for which export + ORT work. Empty: never exports.
     onnx_dtypes: ClassVar[tuple[str, ...]] = ()
@@ -89,7 +90,10 @@ class ElementwiseSpec(OpSpec):
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
-        cls.onnx = bool(cls.onnx_dtypes)
+        # a class listing its ONNX dtypes exports iff the list is non-empty; others inherit
+        # `onnx` (classes that decide per instance in exports_onnx set `onnx = True` themselves)
+        if "onnx_dtypes" in cls.__dict__:
+            cls.onnx = bool(cls.onnx_dtypes)
 
     @classmethod
     def out_dtype(cls, dtype: str) -> str:
@@ -451,7 +455,7 @@ class BinarySpec(ElementwiseSpec):
     """z = f(x, y) with broadcasting; both inputs share a dtype (mixed dtypes: see cast.py).
 
     With `scalar_form`, the spec also covers the tensor-scalar forms (arity 1): `f(x, s)`, the
-    Python operator `x ∘ s`, and where PyTorch allows it the reflected `s ∘ x`.
+    Python operator `x OP s`, and where PyTorch allows it the reflected `s OP x`.
     """
 
     arity = 2
@@ -460,7 +464,7 @@ class BinarySpec(ElementwiseSpec):
     scalar_form: ClassVar[bool] = True
     # dtypes allowed in the scalar form (default: those of the tensor-tensor form)
     scalar_dtypes: ClassVar[Sequence[str] | None] = None
-    # the reflected form s ∘ x is allowed (dtypes); None: same as scalar_dtypes
+    # dtypes for which the reflected form `s OP x` is allowed; None: all scalar-form dtypes
     reflected_dtypes: ClassVar[Sequence[str] | None] = None
     nonzero_scalar: ClassVar[bool] = False  # the scalar is a divisor for integer dtypes
     onnx_scalar_dtypes: ClassVar[tuple[str, ...] | None] = None
@@ -482,9 +486,11 @@ class BinarySpec(ElementwiseSpec):
         super().__init__(in_sigs, rng, uid)
         if len(in_sigs) == 1:
             dt = in_sigs[0][0]
-            refl = self.reflected_dtypes if self.reflected_dtypes is not None else self.dtype_combos(1)
-            refl = [d[0] if isinstance(d, tuple) else d for d in refl]
-            forms = ["fn"] + (["op"] if self.operator else []) + (["rop"] if self.operator and dt in refl else [])
+            forms = ["fn"]
+            if self.operator:
+                forms.append("op")
+                if self.reflected_dtypes is None or dt in self.reflected_dtypes:
+                    forms.append("rop")
             self.choice_attr("form", forms)
             # an integer divisor must not be 0 (eager raises); float division by 0 is defined
             self.choice_attr("scalar", scalar_pool(dt, nonzero=self.nonzero_scalar and not is_float(dt)))
@@ -624,12 +630,12 @@ class Div(BinarySpec):
     def __init__(self, in_sigs, rng, uid):
         super().__init__(in_sigs, rng, uid)
         if self.attrs["form"] == "fn":
-            self.choice_attr("fn", ("torch.div", "torch.true_divide", "torch.divide"))
+            self.choice_attr("function", ("torch.div", "torch.true_divide", "torch.divide"))
 
     def materialize(self, ins, a, in_shapes) -> str:
         if a.get("form") == "fn":
             other = ins[1] if len(ins) == 2 else a["scalar"]
-            return f"{a['fn']}({ins[0]}, {other})"
+            return f"{a['function']}({ins[0]}, {other})"
         return super().materialize(ins, a, in_shapes)
 
 
@@ -774,6 +780,14 @@ class ShiftSpec(BinarySpec):
         if len(in_sigs) == 1:
             self.choice_attr("scalar", ("0", "1", "2", "3", "7"))
 
+    def materialize(self, ins, a, in_shapes) -> str:
+        # A tensor shift amount is wrapped into [0, bits): values cannot be constrained by the
+        # solver, and a negative or too-wide amount is undefined behaviour in the compilers' C.
+        if len(ins) == 2:
+            bits = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64}[self.in_sigs[0][0]]
+            ins = [ins[0], f"torch.remainder({ins[1]}, {bits})"]
+        return super().materialize(ins, a, in_shapes)
+
 
 @register_op
 class BitwiseLeftShift(ShiftSpec):
@@ -824,7 +838,7 @@ class Where(NaryBroadcastSpec):
     name = "where"
     data_index = 1
     in_dtypes = [("bool", d, d) for d in ALL_DTYPES] + [("bool", d) for d in ALL_DTYPES]
-    onnx_dtypes = ONNX_MINMAX + ("bool",)
+    onnx_dtypes = ONNX_MINMAX
 
     @classmethod
     def pick_arity(cls, rng):
@@ -837,6 +851,10 @@ class Where(NaryBroadcastSpec):
             self.choice_attr("scalar_side", ("x", "y"))
         else:
             self.choice_attr("form", ("fn", "method"))
+
+    def exports_onnx(self, a, in_sigs):
+        # a bool Python scalar trips an internal assert in the TorchScript exporter
+        return in_sigs[1][0] in self.onnx_dtypes and not (len(in_sigs) == 2 and in_sigs[1][0] == "bool")
 
     def materialize(self, ins, a, in_shapes) -> str:
         if len(ins) == 2:

@@ -17,7 +17,7 @@ from nnforge.generator.spec import OpSpec
 
 # Bounds that keep nn instances small, so that checks and compiled runs stay fast.
 MAX_CHANNELS = 16
-MAX_KERNEL = 7
+MAX_KERNEL = 16
 MAX_STRIDE = 4
 MAX_DILATION = 4
 MAX_PADDING = 4

@@ -16,8 +16,11 @@ from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import (
     FLOATS, MAX_CHANNELS, MAX_DILATION, MAX_KERNEL, MAX_PADDING, MAX_STRIDE, at_least, bounded, spatial_arg,
-    spatial_ints, transposed_out, window_out,
+    spatial_ints, spatial_values, transposed_out, window_out,
 )
+
+# ONNX has no bfloat16 Conv and ONNX Runtime's CPU Conv has no float64 kernel.
+ONNX_CONV_DTYPES = ("float32", "float16")
 
 
 class _ConvBase(OpSpec):
@@ -113,6 +116,12 @@ class Conv2d(_ConvBase):
         return (f"F.conv{n}d({ins[0]}, {ins[1]}, {bias}, stride={stride}, padding={pad}, "
                 f"dilation={spatial_arg(a, 'dilation', n)}, groups={a['groups']})")
 
+    def exports_onnx(self, a, in_sigs):
+        # padding="same" exports as auto_pad=SAME_UPPER, which ONNX Runtime rejects with dilation.
+        if a["padding_mode"] == "same" and any(d != 1 for d in spatial_values(a, "dilation", self.n)):
+            return False
+        return in_sigs[0][0] in ONNX_CONV_DTYPES
+
 
 @register_op
 class Conv1d(Conv2d):
@@ -153,7 +162,8 @@ class ConvTranspose2d(_ConvBase):
         cons = [g >= 1, g <= MAX_CHANNELS, w.shape[0] == c, c % g == 0, c >= 1, c <= MAX_CHANNELS,
                 w.shape[1] >= 1, w.shape[1] * g <= MAX_CHANNELS]
         cons += bounded(k, 1, MAX_KERNEL) + bounded(self.stride, 1, MAX_STRIDE) + bounded(self.dilation, 1, MAX_DILATION)
-        cons += bounded(self.padding, 0, MAX_PADDING) + at_least(spatial)
+        # padding only trims the output here, and is what keeps a growing output under the size cap
+        cons += bounded(self.padding, 0, 3 * MAX_PADDING) + at_least(spatial)
         cons += [z3.And(op >= 0, z3.Or(op < s, op < d))
                  for op, s, d in zip(self.output_padding, self.stride, self.dilation)]
         if len(inputs) == 3:
@@ -173,6 +183,14 @@ class ConvTranspose2d(_ConvBase):
         return (f"F.conv_transpose{n}d({ins[0]}, {ins[1]}, {bias}, stride={spatial_arg(a, 'stride', n)}, "
                 f"padding={spatial_arg(a, 'padding', n)}, output_padding={spatial_arg(a, 'output_padding', n)}, "
                 f"groups={a['groups']}, dilation={spatial_arg(a, 'dilation', n)})")
+
+    def exports_onnx(self, a, in_sigs):
+        # ONNX ConvTranspose (and ONNX Runtime) accept output_padding only below the stride,
+        # where PyTorch also accepts it below the dilation.
+        strides = spatial_values(a, "stride", self.n)
+        if any(op >= s for op, s in zip(spatial_values(a, "output_padding", self.n), strides)):
+            return False
+        return in_sigs[0][0] in ONNX_CONV_DTYPES
 
 
 @register_op

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Sequence
 
-import z3
-
 from nnforge.core.dtypes import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES
 from nnforge.generator.abstract import AbsTensor, Dim
 from nnforge.generator.spec import MAX_RANK, Sig, register_op, same_dtype_combos
-from nnforge.generator.specs.shape import TargetedSpec, choose_dim, choose_dims, fmt_tuple, prod, wrap
+from nnforge.generator.specs.shape import TargetedSpec, choose_dim, choose_dims, fmt_tuple, wrap
 
 INDEX = "int64"
 NO_BOOL = [d for d in ALL_DTYPES if d != "bool"]
@@ -146,6 +144,10 @@ class DtypeArgReduce(ReduceSpec):
     def extra_args(self, a):
         return f", dtype=torch.{a['dtype']}" if a["dtype"] else ""
 
+    def exports_onnx(self, a, in_sigs):
+        # the exporter cannot type the cast that dtype= inserts on a rank-0 input
+        return self.onnx and not (a["dtype"] and in_sigs[0][1] == 0)
+
 
 @register_op
 class Sum(DtypeArgReduce):
@@ -156,6 +158,7 @@ class Sum(DtypeArgReduce):
 @register_op
 class Nansum(DtypeArgReduce):
     name = "nansum"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     fn = "torch.nansum"
     in_dtypes = same_dtype_combos(NUMERIC_DTYPES, 1)
     dtype_choices = NUMERIC_DTYPES
@@ -189,6 +192,9 @@ class Mean(ReduceSpec):
 
     def extra_args(self, a):
         return f", dtype=torch.{a['dtype']}" if a["dtype"] else ""
+
+    def exports_onnx(self, a, in_sigs):
+        return not (a["dtype"] and in_sigs[0][1] == 0)  # as for sum: rank-0 input with dtype=
 
 
 @register_op
@@ -283,6 +289,9 @@ class AnyAll(ReduceSpec):
     def out_dtypes(self, dtype):
         return ["uint8" if dtype == "uint8" else "bool"]
 
+    def exports_onnx(self, a, in_sigs):
+        return not (a["dim"] is None and a["keepdim"])  # the exporter crashes on dim=None, keepdim=True
+
     @classmethod
     def deduct_inputs(cls, out, rng):
         if out[0] not in ("bool", "uint8"):
@@ -297,6 +306,7 @@ class AnyAll(ReduceSpec):
 @register_op
 class CountNonzero(ReduceSpec):
     name = "count_nonzero"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     keepdim_forms = ()
 
     def out_dtypes(self, dtype):
@@ -344,6 +354,7 @@ class Logsumexp(ReduceSpec):
     """logsumexp over one dim or several; integer and bool inputs give float32; -inf when empty."""
 
     name = "logsumexp"
+    fn = "torch.logsumexp"
     forms = ("int", "tuple")
     vulnerable = True
 
@@ -389,6 +400,15 @@ class VectorNorm(ReduceSpec):
     def out_dtypes(self, dtype):
         return [self.attrs["dtype"] or dtype]
 
+    def exports_onnx(self, a, in_sigs):
+        # torch.norm(dim=None, keepdim=True) exports through a complex-typed path that fails
+        if in_sigs[0][0] == "bfloat16" and a["dtype"] in (None, "bfloat16"):
+            # bfloat16 norms other than 1, 2 and max-norms export through a pow the exporter
+            # types as ComplexDouble, and fail
+            if a["fn"] == "norm" or a["ord"] not in (1, 2, float("inf"), float("-inf")):
+                return False
+        return not (a["fn"] == "norm" and a["dim"] is None and a["keepdim"])
+
     def materialize(self, ins, a, in_shapes):
         o = a["ord"]
         otxt = f"float('{o}')" if isinstance(o, float) and abs(o) == float("inf") else repr(o)
@@ -405,6 +425,7 @@ class Median(ReduceSpec):
     """median / nanmedian: over everything (one output) or over one dim ((values, indices))."""
 
     name = "median"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     in_dtypes = same_dtype_combos(NO_BOOL, 1)
     forms = ("none", "int")
     keepdim_forms = ("int",)
@@ -425,6 +446,7 @@ class Median(ReduceSpec):
 @register_op
 class Mode(ReduceSpec):
     name = "mode"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     forms = ("int",)
     nonempty = True
 
@@ -440,6 +462,7 @@ class Kthvalue(ReduceSpec):
     """kthvalue(k, dim, keepdim) with 1 <= k <= size of dim."""
 
     name = "kthvalue"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     in_dtypes = same_dtype_combos(NO_BOOL, 1)
     forms = ("int",)
     nonempty = True
@@ -526,13 +549,17 @@ class Sort(AlongDimSpec):
     def build_extra(self) -> None:
         self.choice_attr("fn", ("sort", "argsort"))
         self.bool_attr("descending")
-        self.bool_attr("stable")
+        self.choice_attr("stable", (None, False, True))
+
+    def exports_onnx(self, a, in_sigs):
+        return a["stable"] is None  # any stable= selects the sort.stable overload, not exportable
 
     def out_dtypes(self, dtype):
         return [dtype, INDEX] if self.attrs["fn"] == "sort" else [INDEX]
 
     def materialize(self, ins, a, in_shapes):
-        return f"torch.{a['fn']}({ins[0]}, dim={a['dim']}, descending={a['descending']}, stable={a['stable']})"
+        stable = "" if a["stable"] is None else f", stable={a['stable']}"
+        return f"torch.{a['fn']}({ins[0]}, dim={a['dim']}, descending={a['descending']}{stable})"
 
 
 @register_op
@@ -549,6 +576,9 @@ class Cumsum(AlongDimSpec):
     def out_dtypes(self, dtype):
         return [self.attrs["dtype"] or accumulate_dtype(dtype)]
 
+    def exports_onnx(self, a, in_sigs):
+        return a["fn"] == "cumsum"  # aten::cumprod has no ONNX symbolic
+
     @classmethod
     def deduct_inputs(cls, out, rng):
         if out[0] == "bool":
@@ -563,6 +593,7 @@ class Cumsum(AlongDimSpec):
 @register_op
 class Cummax(AlongDimSpec):
     name = "cummax_cummin"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
 
     def build_extra(self) -> None:
         self.choice_attr("fn", ("cummax", "cummin"))
@@ -577,6 +608,7 @@ class Cummax(AlongDimSpec):
 @register_op
 class Logcumsumexp(AlongDimSpec):
     name = "logcumsumexp"
+    onnx = False  # no TorchScript ONNX symbolic (opset 17)
     in_dtypes = same_dtype_combos(FLOAT_DTYPES, 1)
     vulnerable = True
 

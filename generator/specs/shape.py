@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import z3
 
-from nnforge.core.dtypes import ALL_DTYPES, BOOL_DTYPES, FLOAT_DTYPES, INT_DTYPES
+from nnforge.core.dtypes import ALL_DTYPES, FLOAT_DTYPES
 from nnforge.generator.abstract import AbsTensor, Dim
 from nnforge.generator.spec import (
     MAX_RANK,
@@ -79,9 +79,17 @@ def z3min(a: Dim, b: Dim) -> Dim:
     return z3.If(a <= b, a, b)
 
 
+def floor_div(a: Dim, b: Dim) -> Dim:
+    """a // b for a >= 0, b >= 1, whether the operands are Python ints or z3 Ints (where
+    `/` is floor division, but on two Python ints it would be true division)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return a / b
+
+
 def ceil_div(a: Dim, b: Dim) -> Dim:
-    """ceil(a / b) for a >= 0, b >= 1 (z3 `/` on Ints is floor division)."""
-    return (a + b - 1) / b
+    """ceil(a / b) for a >= 0, b >= 1."""
+    return floor_div(a + b - 1, b)
 
 
 class TargetedSpec(OpSpec):
@@ -128,25 +136,108 @@ def _ranks(lo: int, hi: int = MAX_RANK) -> tuple[tuple[int, ...]]:
 # -- reshape and views ----------------------------------------------------------------------
 
 
+# Reshape targets come in two kinds. `free`: every target size is a solver integer and the
+# only relation is prod(target) == numel; this reaches every target (e.g. (2, 3) -> (3, 2)) but
+# is a non-linear equation z3 finds hard once the two ranks add up past ~6, so it is used only
+# below that. `regroup`: the target is built from the input dims by merging runs of dims,
+# splitting a dim into two factors, inserting 1s and dropping size-1 dims; each relation is
+# small (one product or one equality), so any ranks solve fast.
+
+FREE_RANK_BUDGET = 6
+
+
+def plan_regroup(rng: random.Random, rank: int, want: int | None) -> tuple[list[tuple], list[int]] | None:
+    """Target entries built from the input dims (("one",), ("merge", axes), ("split", axis,
+    half)) and the size-1 input dims dropped; None if no plan of `want` entries was found."""
+    for _ in range(40):
+        plan: list[tuple] = []
+        drops: list[int] = []
+        i = 0
+        while i < rank:
+            c = rng.random()
+            if c < 0.12:
+                plan.append(("one",))
+                continue
+            if c < 0.4 and i + 1 < rank:
+                k = rng.randint(2, min(3, rank - i))
+                plan.append(("merge", tuple(range(i, i + k))))
+                i += k
+            elif c < 0.65:
+                plan += [("split", i, 0), ("split", i, 1)]
+                i += 1
+            elif c < 0.75:
+                drops.append(i)
+                i += 1
+            else:
+                plan.append(("merge", (i,)))
+                i += 1
+        if want is not None:
+            while len(plan) < want:
+                plan.insert(rng.randint(0, len(plan)), ("one",))
+        if len(plan) <= MAX_RANK and (want is None or len(plan) == want):
+            return plan, drops
+    return None
+
+
+class ReshapeTarget(ShapeSpec):
+    """A target shape for the whole tensor: `size{i}` solver attributes, one maybe spelt -1."""
+
+    def build_target(self) -> None:
+        r, want = self.rank, self.out_rank
+        planned = None
+        if want is None:
+            if self.rng.random() < 0.5:
+                planned = plan_regroup(self.rng, r, None)
+            t = self.rng.randint(0, min(MAX_RANK, max(FREE_RANK_BUDGET - r, 1)))
+        else:
+            if r + want > FREE_RANK_BUDGET:
+                planned = plan_regroup(self.rng, r, want)
+            t = want
+        self.plan, self.drops = planned if planned is not None else (None, [])
+        self.attrs["target_kind"] = "free" if self.plan is None else "regroup"
+        n = t if self.plan is None else len(self.plan)
+        self.sizes = self.int_attrs("size", n)
+        self.attrs["infer_at"] = self.rng.choice([None] + list(range(n))) if n else None
+
+    def target_requires(self, inputs: list[AbsTensor]) -> list[z3.BoolRef]:
+        cons = [s >= 0 for s in self.sizes]
+        x = inputs[0].shape
+        if self.plan is None:
+            cons.append(prod(self.sizes) == inputs[0].numel())
+        else:
+            for k, step in enumerate(self.plan):
+                if step[0] == "one":
+                    cons.append(self.sizes[k] == 1)
+                elif step[0] == "merge":
+                    cons.append(self.sizes[k] == prod([x[ax] for ax in step[1]]))
+                elif step[0] == "split" and step[2] == 0:
+                    cons.append(self.sizes[k] * self.sizes[k + 1] == x[step[1]])
+            cons += [x[ax] == 1 for ax in self.drops]
+        k = self.attrs["infer_at"]
+        if k is not None:  # -1 cannot be inferred when the other entries multiply to 0
+            cons += [s >= 1 for i, s in enumerate(self.sizes) if i != k]
+        return cons
+
+    @staticmethod
+    def target_values(a: dict[str, Any]) -> list[int]:
+        vals = [a[f"size{i}"] for i in range(len([k for k in a if k.startswith("size")]))]
+        if a["infer_at"] is not None:
+            vals[a["infer_at"]] = -1
+        return vals
+
+
 @register_op
-class Reshape(ShapeSpec):
+class Reshape(ReshapeTarget):
     """reshape to any rank 0..5; one target entry may be -1 (inferred by PyTorch)."""
 
     name = "reshape"
 
     def build(self) -> None:
-        t = self.out_rank if self.out_rank is not None else self.rng.randint(0, MAX_RANK)
-        self.sizes = self.int_attrs("size", t)
-        self.attrs["infer_at"] = self.rng.choice([None] + list(range(t))) if t else None
+        self.build_target()
         self.choice_attr("style", ("torch", "method"))
 
     def requires(self, inputs):
-        cons = [s >= 0 for s in self.sizes]
-        cons.append(prod(self.sizes) == inputs[0].numel())
-        k = self.attrs["infer_at"]
-        if k is not None:  # -1 cannot be inferred when the other entries multiply to 0
-            cons += [s >= 1 for i, s in enumerate(self.sizes) if i != k]
-        return cons
+        return self.target_requires(inputs)
 
     def type_transfer(self, inputs):
         return [AbsTensor(inputs[0].dtype, list(self.sizes))]
@@ -155,21 +246,15 @@ class Reshape(ShapeSpec):
     def deduct_inputs(cls, out, rng):
         return [(out[0], rng.randint(0, MAX_RANK))]
 
-    def target(self, a: dict[str, Any]) -> list[int]:
-        vals = self.values(a, "size", len([k for k in a if k.startswith("size")]))
-        if a["infer_at"] is not None:
-            vals[a["infer_at"]] = -1
-        return vals
-
     def materialize(self, ins, a, in_shapes):
-        shape = fmt_tuple(self.target(a))
+        shape = fmt_tuple(self.target_values(a))
         if a["style"] == "torch":
             return f"torch.reshape({ins[0]}, {shape})"
         return f"{ins[0]}.reshape({shape})"
 
 
 @register_op
-class View(ShapeSpec):
+class View(ReshapeTarget):
     """Tensor.view. The generator does not track strides, and `view` fails on inputs whose
     strides cannot express the new shape. Two modes keep every instance valid:
     `split` splits one dim into two (expressible for any strides, including expanded and
@@ -181,29 +266,27 @@ class View(ShapeSpec):
     def build(self) -> None:
         r = self.rank
         modes = ["contiguous"]
-        if r >= 1 and (self.out_rank is None or self.out_rank == r + 1):
+        if 1 <= r < MAX_RANK and (self.out_rank is None or self.out_rank == r + 1):
             modes.append("split")
-        if self.out_rank is not None and self.out_rank != r + 1:
-            modes = ["contiguous"]
         mode = self.choice_attr("mode", modes)
         if mode == "split":
             self.attrs["dim"] = choose_dim(self.rng, r)
             self.sizes = self.int_attrs("size", 2)
             self.attrs["infer_at"] = self.rng.choice([None, 0, 1])
         else:
-            t = self.out_rank if self.out_rank is not None else self.rng.randint(0, MAX_RANK)
-            self.sizes = self.int_attrs("size", t)
-            self.attrs["infer_at"] = self.rng.choice([None] + list(range(t))) if t else None
+            self.build_target()
 
     def requires(self, inputs):
+        if self.attrs["mode"] != "split":
+            return self.target_requires(inputs)
         cons = [s >= 0 for s in self.sizes]
         k = self.attrs["infer_at"]
         if k is not None:
-            cons += [s >= 1 for i, s in enumerate(self.sizes) if i != k]
-        if self.attrs["mode"] == "split":
-            cons.append(prod(self.sizes) == inputs[0].shape[wrap(self.attrs["dim"], self.rank)])
-        else:
-            cons.append(prod(self.sizes) == inputs[0].numel())
+            cons.append(self.sizes[1 - k] >= 1)
+        ax = wrap(self.attrs["dim"], self.rank)
+        cons.append(prod(self.sizes) == inputs[0].shape[ax])
+        if k is not None:  # -1 is inferred from the whole tensor: every other dim counts
+            cons += [d >= 1 for i, d in enumerate(inputs[0].shape) if i != ax]
         return cons
 
     def type_transfer(self, inputs):
@@ -264,6 +347,12 @@ class Flatten(ShapeSpec):
             return f"torch.flatten({ins[0]})"
         return f"torch.flatten({ins[0]}, {a['start_dim']}, {a['end_dim']})"
 
+    def exports_onnx(self, a, in_sigs):
+        # start_dim == end_dim (a no-op flatten) on a zero-size input of rank >= 3 kills the
+        # TorchScript exporter with SIGFPE; sizes are unknown here, so the form is excluded
+        r = in_sigs[0][1]
+        return r == 0 or a["form"] == "default" or wrap(a["start_dim"], r) != wrap(a["end_dim"], r)
+
 
 @register_op
 class Unflatten(ShapeSpec):
@@ -274,8 +363,9 @@ class Unflatten(ShapeSpec):
 
     def build(self) -> None:
         r = self.rank
-        k = self.out_rank - r + 1 if self.out_rank is not None else self.rng.randint(1, 3)
-        k = max(k, 1)
+        room = MAX_RANK - r + 1  # unflattening into k sizes adds k - 1 dims
+        k = self.out_rank - r + 1 if self.out_rank is not None else self.rng.randint(1, min(3, room))
+        k = max(min(k, room), 1)
         self.attrs["dim"] = choose_dim(self.rng, r)
         self.sizes = self.int_attrs("size", k)
         self.attrs["infer_at"] = self.rng.choice([None] + list(range(k)))
@@ -362,6 +452,9 @@ class Transpose(ShapeSpec):
             return f"{ins[0]}.mT"
         return f"torch.{a['form']}({ins[0]}, {a['dim0']}, {a['dim1']})"
 
+    def exports_onnx(self, a, in_sigs):
+        return a["form"] != "mT"  # aten::mT has no ONNX symbolic
+
 
 @register_op
 class T(ShapeSpec):
@@ -413,6 +506,9 @@ class Movedim(ShapeSpec):
             return f"torch.movedim({ins[0]}, {a['source'][0]}, {a['destination'][0]})"
         return f"torch.movedim({ins[0]}, {fmt_tuple(a['source'])}, {fmt_tuple(a['destination'])})"
 
+    def exports_onnx(self, a, in_sigs):
+        return in_sigs[0][1] > 0  # the exporter's movedim fails on rank-0 tensors
+
 
 # -- squeeze / unsqueeze / expand -----------------------------------------------------------
 
@@ -427,7 +523,7 @@ class Squeeze(ShapeSpec):
 
     def build(self) -> None:
         r = self.rank
-        form = self.choice_attr("form", ("none", "int", "tuple") if r >= 1 else ("none", "int", "tuple"))
+        form = self.choice_attr("form", ("none", "int", "tuple"))
         if r == 0:
             self.attrs["dims"] = (choose_dim(self.rng, 0),) if form != "none" else None
             self.attrs["ones"] = ()
@@ -474,6 +570,10 @@ class Squeeze(ShapeSpec):
         if a["form"] == "int":
             return f"torch.squeeze({ins[0]}, {a['dims'][0]})"
         return f"torch.squeeze({ins[0]}, {fmt_tuple(a['dims'])})"
+
+    def exports_onnx(self, a, in_sigs):
+        # a tuple of several dims makes the exporter's squeeze symbolic fail
+        return a["form"] != "tuple" or len(a["dims"]) <= 1
 
 
 @register_op
@@ -817,7 +917,13 @@ class Pad(ShapeSpec):
         s = inputs[0].shape
         mode = self.attrs["mode"]
         if mode == "constant":
-            return []
+            # negative amounts crop first (a narrow of length n + neg_lo + neg_hi), so the
+            # cropped size must be >= 0 before any positive padding is added
+            cons = []
+            for i, ax in enumerate(self.padded_axes()):
+                lo, hi = self.amounts[2 * i], self.amounts[2 * i + 1]
+                cons.append(s[ax] + z3.If(lo < 0, lo, 0) + z3.If(hi < 0, hi, 0) >= 0)
+            return cons
         r = self.rank
         k = self.attrs["k"]
         cons = [d >= 1 for d in s[r - k - 1 :]]  # channel and spatial dims non-empty; batch may be 0
@@ -851,8 +957,9 @@ class Pad(ShapeSpec):
         return f"F.pad({ins[0]}, {pads}, mode={a['mode']!r})"
 
     def exports_onnx(self, a, in_sigs):
-        # ONNX Pad in opset 17 has no circular mode; the exporter lowers circular to slices+concat
-        return True
+        # circular padding of two or more dims corrupts the heap in the TorchScript exporter
+        # (free(): invalid pointer, torch 2.13) or raises "wrapping around more than once"
+        return not (a["mode"] == "circular" and a["k"] >= 2)
 
 
 # -- joining and splitting ------------------------------------------------------------------
@@ -1065,7 +1172,7 @@ class TensorSplit(MultiOutSpec):
     def piece_sizes(self, n):
         k = self.attrs["n_out"]
         if self.attrs["form"] == "sections":
-            return [n / k + z3.If(n % k > i, 1, 0) for i in range(k)]
+            return [floor_div(n, k) + z3.If(n % k > i, 1, 0) for i in range(k)]
         cs = [0] + [z3.If(c < 0, c + n, c) for c in self.cuts] + [n]
         return [b - a for a, b in zip(cs, cs[1:])]
 
@@ -1075,6 +1182,9 @@ class TensorSplit(MultiOutSpec):
         else:
             arg = "[" + ", ".join(str(v) for v in self.values(a, "index", a["n_out"] - 1)) + "]"
         return self.as_tuple(f"torch.tensor_split({ins[0]}, {arg}, dim={a['dim']})", a["n_out"])
+
+    def exports_onnx(self, a, in_sigs):
+        return not (a["form"] == "indices" and in_sigs[0][0] == "bfloat16")
 
 
 @register_op
@@ -1193,6 +1303,7 @@ class TakeAlongDim(ShapeSpec):
     flattened and idx is 1-d."""
 
     name = "take_along_dim"
+    onnx = False  # no ONNX symbolic
     arity = 2
     in_dtypes = product_combos(ALL_DTYPES, (INDEX_DTYPE,))
     in_ranks = (tuple(range(1, MAX_RANK + 1)), tuple(range(1, MAX_RANK + 1)))
@@ -1278,6 +1389,9 @@ class Roll(ShapeSpec):
             return f"torch.roll({ins[0]}, {shifts[0]}, {a['dims'][0]})"
         return f"torch.roll({ins[0]}, {fmt_tuple(shifts)}, {fmt_tuple(a['dims'])})"
 
+    def exports_onnx(self, a, in_sigs):
+        return a["dims"] is not None  # the roll symbolic needs dims
+
 
 @register_op
 class Flip(ShapeSpec):
@@ -1296,6 +1410,9 @@ class Flip(ShapeSpec):
 
     def materialize(self, ins, a, in_shapes):
         return f"torch.flip({ins[0]}, {fmt_tuple(a['dims']) if a['dims'] else '()'})"
+
+    def exports_onnx(self, a, in_sigs):
+        return in_sigs[0][1] > 0  # flip of a rank-0 tensor trips an internal assert
 
 
 @register_op
@@ -1375,3 +1492,6 @@ class Contiguous(ShapeSpec):
 
     def materialize(self, ins, a, in_shapes):
         return f"{ins[0]}.{a['fn']}(memory_format=torch.{a['memory_format']})"
+
+    def exports_onnx(self, a, in_sigs):
+        return a["memory_format"] != "channels_last_3d"

@@ -1,0 +1,97 @@
+"""Value search benchmark on generator programs (vulnerable operators enabled).
+
+For each program the sandboxed worker runs value search and the eager reference; we report the
+share of programs whose every intermediate ends finite, and search time. With --nnsmith, the
+same figures for nnsmith's own search on nnsmith's own programs, in its separate virtualenv.
+
+    .venv/bin/python bench/oracle.py --count 300
+    .venv/bin/python bench/oracle.py --count 200 --nnsmith
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from nnforge.generator.engine import GeneratorConfig
+from nnforge.generator.seeds import generate_cases
+from nnforge.oracle.sandbox import WorkerPool
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "nnforge.oracle.job:run_case"
+
+
+def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int) -> dict:
+    searched = success = needed = needed_ok = crashed = invalid = 0
+    times: list[float] = []
+    culprits: dict[str, int] = {}
+    for case, _ in generate_cases(GeneratorConfig(n_nodes=nodes, seed=seed0), count):
+        out = pool.call(JOB, {"program": case.program, "calls": [c.to_json() for c in case.calls], "targets": [],
+                              "search": True, "search_budget_ms": budget_ms, "seed": 0})
+        if not out.ok:
+            crashed += 1
+            continue
+        s = out.value.get("search")
+        if out.value["status"] == "invalid" and not s:
+            invalid += 1  # eager itself raised: not a value problem
+            continue
+        searched += 1
+        ok = bool(s and s["success"])
+        success += ok
+        times.append(s["elapsed_ms"] if s else 0.0)
+        if s and not s["initially_finite"]:
+            needed += 1
+            needed_ok += ok
+        if s and not ok:
+            culprits[str(s.get("culprit"))[:60]] = culprits.get(str(s.get("culprit"))[:60], 0) + 1
+    times.sort()
+    return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
+            "crashed": crashed, "invalid": invalid, "median_ms": statistics.median(times) if times else 0.0,
+            "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
+            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:5]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=300)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[10, 20])
+    ap.add_argument("--budget-ms", type=float, default=200.0)
+    ap.add_argument("--seed", type=int, default=100_000)
+    ap.add_argument("--nnsmith", action="store_true")
+    ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
+    args = ap.parse_args()
+    rows = []
+    with WorkerPool(size=1, timeout_s=60) as pool:
+        pool.warmup()
+        for n in args.nodes:
+            t = time.perf_counter()
+            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed), time.perf_counter() - t))
+    hdr = f"{'nodes':>5} {'programs':>8} {'all finite':>11} {'needed search':>14} {'repaired':>9} {'median ms':>10} {'p90 ms':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r, _ in rows:
+        rate = 100 * r["success"] / max(1, r["searched"])
+        rep = f"{100 * r['needed_ok'] / r['needed']:.1f}%" if r["needed"] else "-"
+        print(f"{r['nodes']:>5} {r['searched']:>8} {rate:>10.1f}% {r['needed']:>14} {rep:>9} {r['median_ms']:>10.2f} {r['p90_ms']:>8.2f}")
+    for r, secs in rows:
+        print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, {secs:.0f} s; "
+              f"unrepaired culprits: {r['culprits']}")
+    if args.nnsmith:
+        py = args.nnsmith_venv / "bin" / "python"
+        print("\nnnsmith's own search (PracticalHybridSearch, its torch opset with vulnerable ops):")
+        for n in args.nodes:
+            if not py.exists():
+                print("  nnsmith virtualenv missing: run bench/generation.py --nnsmith first to create it")
+                break
+            r = subprocess.run([str(py), str(ROOT / "bench" / "nnsmith_probe.py"), str(n), str(args.count), "search"],
+                               capture_output=True, text=True)
+            lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
+            print(f"  {n} nodes: " + (lines[-1] if lines else f"did not run: {r.stderr.strip().splitlines()[-1:]}"))
+
+
+if __name__ == "__main__":
+    main()

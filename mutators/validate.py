@@ -1,0 +1,237 @@
+"""Is a mutant valid? It imports, builds, runs every call of its sequence in eager, twice, identically.
+
+`run_eager(payload)` is the trusted function a sandbox worker runs on the untrusted mutant (the
+caller passes `VALIDATE_FN` to the oracle's `WorkerPool.call`; this module imports nothing of the
+oracle: mutators sit to its left). It uses only the standard library and torch. Running the
+whole sequence twice on two fresh module copies with the same seeds and comparing the results
+bit for bit catches what "well defined in eager" rules out: unseeded randomness, dependence on
+object ids or on state that leaks between loads.
+
+Call steps are applied the way the oracle applies them (inputs regenerated for a new shape from
+the original values' range, casts, layouts, requires_grad; mode, attributes, globals, grad mode).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
+from nnforge.core.testcase import TestCase
+
+VALIDATE_FN = "nnforge.mutators.validate:run_eager"
+_counter = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class EagerCheck:
+    """The parent's view of one validation: ok, or where and why the mutant failed."""
+
+    ok: bool
+    stage: str = ""  # "import" | "contract" | "model" | "inputs" | "call N" | "determinism" | "worker"
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "stage": self.stage, "error": self.error}
+
+
+def payload_for(case: TestCase, seed: int = 0) -> dict[str, Any]:
+    return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": seed}
+
+
+def check_case(call: Callable[..., Any], case: TestCase, seed: int = 0, timeout_s: float | None = None) -> EagerCheck:
+    """Validate `case` through `call` (a WorkerPool's `call`); never runs the program here."""
+    out = call(VALIDATE_FN, payload_for(case, seed), timeout_s=timeout_s)
+    if not out.ok:
+        return EagerCheck(False, "worker", f"{out.status}: {out.exc_type or ''} {out.exc_message or ''}".strip())
+    v = out.value
+    return EagerCheck(bool(v["ok"]), v.get("stage", ""), v.get("error", ""))
+
+
+def eager_probe(call: Callable[..., Any], seed: int = 0) -> Callable[[TestCase], bool]:
+    """A Probe for mutators that need to try candidates (e.g. shape changes in a call sequence)."""
+
+    def probe(case: TestCase) -> bool:
+        return check_case(call, case, seed).ok
+
+    return probe
+
+
+# -- inside the worker -----------------------------------------------------------------------------------------
+def run_eager(payload: dict[str, Any]) -> dict[str, Any]:
+    """payload: program, calls ([CallStep json]), seed. Returns {"ok", "stage", "error", "calls"}."""
+    import torch
+
+    seed = int(payload.get("seed", 0))
+    steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
+    runs = []
+    for _ in range(2):
+        stage = "import"
+        try:
+            module = _load(payload["program"])
+            stage = "contract"
+            if not hasattr(module, "Model") or not hasattr(module, "make_inputs"):
+                raise TypeError("the program must define `class Model` and `def make_inputs()`")
+            stage = "model"
+            torch.manual_seed(seed)
+            model = module.Model()
+            stage = "inputs"
+            torch.manual_seed(seed)
+            base = module.make_inputs()
+            if not isinstance(base, tuple):
+                raise TypeError(f"make_inputs() must return a tuple, got {type(base).__name__}")
+            outs = []
+            for i, step in enumerate(steps):
+                stage = f"call {i}"
+                args = build_args(base, step.inputs, seed * 1000 + i)
+                apply_state(step, model, module)
+                torch.manual_seed(seed + i)
+                with torch.set_grad_enabled(torch.is_grad_enabled() if step.grad_enabled is None else step.grad_enabled):
+                    out = model(*args)
+                outs.append(_detach(out))
+            runs.append(outs)
+        except Exception as e:  # the mutant is invalid; say where
+            return {"ok": False, "stage": stage, "error": f"{type(e).__name__}: {str(e)[:500]}", "calls": len(steps)}
+        finally:
+            sys.modules.pop(getattr(locals().get("module"), "__name__", ""), None)
+    if not _same(runs[0], runs[1]):
+        return {"ok": False, "stage": "determinism", "error": "two eager runs with the same seeds differ",
+                "calls": len(steps)}
+    return {"ok": True, "stage": "", "error": "", "calls": len(steps)}
+
+
+def _load(source: str) -> Any:
+    name = f"mutant_{os.getpid()}_{next(_counter)}"
+    path = os.path.join(os.getcwd(), name + ".py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def apply_state(step: CallStep, model: Any, module: Any) -> None:
+    import torch
+
+    if step.mode == "train":
+        model.train()
+    elif step.mode == "eval":
+        model.eval()
+    for path, value in step.set_attrs.items():
+        *parents, last = path.split(".")
+        obj = model
+        for p in parents:
+            obj = getattr(obj, p)
+        current = getattr(obj, last, None)
+        if isinstance(current, torch.Tensor) and not isinstance(value, torch.Tensor):
+            value = torch.tensor(value, dtype=current.dtype)
+        setattr(obj, last, value)
+    for name, value in step.set_globals.items():
+        setattr(module, name, value)
+
+
+def build_args(base: tuple[Any, ...], changes: tuple[InputChange, ...], seed: int) -> tuple[Any, ...]:
+    import torch
+
+    args = [_copy(a) for a in base]
+    for ch in changes:
+        if not 0 <= ch.index < len(args) or not isinstance(args[ch.index], torch.Tensor):
+            raise IndexError(f"call step changes input {ch.index}, which is not a tensor input")
+        x = args[ch.index]
+        if ch.shape is not None:
+            x = _regenerate(x, tuple(ch.shape), seed * 31 + ch.index)
+        if ch.dtype is not None:
+            x = x.to(getattr(torch, ch.dtype))
+        if ch.layout is not None:
+            x = _with_layout(x, ch.layout)
+        if ch.requires_grad is not None:
+            x = x.detach()
+            if ch.requires_grad and (x.is_floating_point() or x.is_complex()):
+                x.requires_grad_(True)
+        args[ch.index] = x
+    return tuple(args)
+
+
+def _copy(a: Any) -> Any:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        c = a.detach().clone(memory_format=torch.preserve_format)
+        return c.requires_grad_(a.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
+    if isinstance(a, (list, tuple)):
+        return type(a)(_copy(x) for x in a)
+    return a
+
+
+def _regenerate(x: Any, shape: tuple[int, ...], seed: int) -> Any:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if x.dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    lo = float(x.min()) if x.numel() else 0.0
+    hi = float(x.max()) if x.numel() else 1.0
+    if x.is_floating_point():
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(x.dtype)
+    return torch.randint(int(lo), int(hi) + 1, shape, generator=g).to(x.dtype)
+
+
+def _with_layout(x: Any, layout: str) -> Any:
+    import torch
+
+    if layout == "contiguous":
+        return x.contiguous()
+    if layout == "transposed" and x.dim() >= 2:
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "channels_last" and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    if layout == "strided" and x.dim() >= 1:
+        buf = torch.zeros(*x.shape[:-1], x.shape[-1] * 2, dtype=x.dtype)
+        buf[..., ::2] = x.detach()
+        return buf[..., ::2]
+    if layout == "expanded" and x.dim() >= 1 and x.shape[0] > 0:
+        return x.detach()[:1].expand(x.shape)
+    if layout in ("transposed", "channels_last", "strided", "expanded"):
+        return x
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _detach(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, (list, tuple)):
+        return [_detach(o) for o in out]
+    if isinstance(out, dict):
+        return {k: _detach(v) for k, v in out.items()}
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+        return torch.equal(a, b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except Exception:
+        return repr(a) == repr(b)

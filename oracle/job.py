@@ -1,0 +1,514 @@
+"""What runs inside a sandbox worker for one TestCase: `run_case(payload) -> dict`.
+
+Steps: load the program; build the model and inputs (given values, or `make_inputs()` under a
+fixed seed); search values that keep every intermediate finite (unless values are fixed); run
+eager (the reference) and a float64 copy (precision evidence); then, per requested target, run
+its blame ladder cheapest rung first and compare each rung with eager.
+
+Every run (reference, float64, each rung, each way of running a stateful case) gets its own
+fresh copy of the program module, model and inputs: a program that mutates its globals, its
+buffers or its inputs cannot leak state from one run into the next, and Dynamo never reuses a
+graph compiled for another run.
+
+Invocation sequences with more than one call run three ways for compilers that cache: eager;
+compiled with state retained (calls may ask for a cache reset); compiled with the cache reset
+before every call. A difference between the last two marks the verdict `stateful`.
+
+The payload and the result are plain dicts (tensors travel as `torch.save` bytes):
+
+payload: program (str), calls ([CallStep json]), targets ([str]), inputs_pt / state_pt (bytes,
+optional), search (bool, default True: only when no inputs are given), search_budget_ms, seed,
+stop_at_first (bool, default True), rungs ({target: [rung, ...]} to run only some rungs).
+
+result: status ("ok" | "invalid"), reason, exc_type, exc_message, frames, inputs_pt, state_pt,
+search (dict or None), reference (dict), verdicts ([Verdict json]), rungs ({target: [RungOutcome
+json]}), timings (dict).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
+from nnforge.core.verdict import Frame, Symptom, Verdict
+from nnforge.oracle.backend import (Backend, Call, CallFailed, CallOutput, ExportFailed, RungSkipped, Unsupported,
+                                    load_backends, parse_target)
+from nnforge.oracle.blame import RungOutcome, blame
+from nnforge.oracle.compare import compare_outputs
+
+MAX_FRAMES = 40
+PROGRAM_FILE = "program.py"
+RUNG_MARKER = "nnforge-rung-in-flight: "  # printed before each rung; a dead worker's log names it
+
+
+def announce_rung(target: str, rung: str) -> None:
+    """Say on the worker's log which rung starts, so a worker death can be blamed without reruns."""
+    print(f"{RUNG_MARKER}{target}\t{rung}", file=sys.stderr, flush=True)
+
+
+def rung_in_flight(log_tail: str, target: str) -> str | None:
+    """The last rung of `target` announced in a worker's log tail, if any."""
+    found = None
+    for line in log_tail.splitlines():
+        if line.startswith(RUNG_MARKER):
+            t, _, rung = line[len(RUNG_MARKER):].partition("\t")
+            if t == target:
+                found = rung.strip()
+    return found
+
+
+# -- tensors as bytes ---------------------------------------------------------------------------
+def dump_values(obj: Any) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def load_values(data: bytes | None) -> Any:
+    import torch
+
+    if data is None:
+        return None
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+# -- the program under test ------------------------------------------------------------------------
+class InvalidCase(Exception):
+    """The reference itself fails (or the program is malformed): not a bug of any target."""
+
+    def __init__(self, reason: str, error: BaseException | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+@dataclass
+class Program:
+    """A program source plus the values it runs on; hands out fresh copies for every run."""
+
+    source: str
+    inputs: tuple[Any, ...]
+    state_dict: dict[str, Any]
+    steps: tuple[CallStep, ...]
+    seed: int = 0
+    files: set[str] = field(default_factory=set)  # file names of loaded copies (for frames)
+
+    def load_module(self) -> Any:
+        from nnforge.oracle.program_loader import load_program
+
+        module = load_program(self.source, name="program")
+        self.files.add(os.path.abspath(module.__file__ or ""))
+        return module
+
+    def fresh(self, float64: bool = False) -> tuple[Any, list[Call]]:
+        """(model, calls) for one run, on a freshly loaded module."""
+        import torch
+
+        module = self.load_module()
+        torch.manual_seed(self.seed)
+        model = module.Model()
+        if self.state_dict:
+            model.load_state_dict(self.state_dict)
+        if float64:
+            model = model.double()
+        calls = []
+        for i, step in enumerate(self.steps):
+            args = build_args(self.inputs, step.inputs, seed=self.seed * 1000 + i)
+            if float64:
+                args = tuple(to_float64(a) for a in args)
+            calls.append(Call(args=args, before=_state_changer(step, module), grad_enabled=step.grad_enabled,
+                              reset_cache=step.reset_cache, seed=self.seed + i))
+        return model, calls
+
+
+def _state_changer(step: CallStep, module: Any) -> Callable[[Any], None] | None:
+    if step.mode is None and not step.set_attrs and not step.set_globals:
+        return None
+
+    def apply(model: Any) -> None:
+        import torch
+
+        if step.mode == "train":
+            model.train()
+        elif step.mode == "eval":
+            model.eval()
+        for path, value in step.set_attrs.items():
+            *parents, last = path.split(".")
+            obj = model
+            for p in parents:
+                obj = getattr(obj, p)
+            current = getattr(obj, last, None)
+            if isinstance(current, torch.Tensor) and not isinstance(value, torch.Tensor):
+                value = torch.tensor(value, dtype=current.dtype)
+            setattr(obj, last, value)
+        for name, value in step.set_globals.items():
+            setattr(module, name, value)
+
+    return apply
+
+
+def build_args(base: tuple[Any, ...], changes: tuple[InputChange, ...], seed: int) -> tuple[Any, ...]:
+    """This call's arguments: copies of the base inputs with the step's changes applied."""
+    import torch
+
+    args = [_copy(a) for a in base]
+    for ch in changes:
+        if not 0 <= ch.index < len(args) or not isinstance(args[ch.index], torch.Tensor):
+            raise InvalidCase(f"call step changes input {ch.index}, which is not a tensor input")
+        x = args[ch.index]
+        if ch.shape is not None:
+            x = _regenerate(x, tuple(ch.shape), seed * 31 + ch.index)
+        if ch.dtype is not None:
+            x = x.to(getattr(torch, ch.dtype))
+        if ch.layout is not None:
+            x = _with_layout(x, ch.layout)
+        if ch.requires_grad is not None:
+            x = x.detach()
+            if ch.requires_grad and (x.is_floating_point() or x.is_complex()):
+                x.requires_grad_(True)
+        args[ch.index] = x
+    return tuple(args)
+
+
+def _copy(a: Any) -> Any:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        c = a.detach().clone(memory_format=torch.preserve_format)
+        return c.requires_grad_(a.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
+    if isinstance(a, (list, tuple)):
+        return type(a)(_copy(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _copy(v) for k, v in a.items()}
+    return a
+
+
+def _regenerate(x: Any, shape: tuple[int, ...], seed: int) -> Any:
+    """New values of a new shape, drawn from the range the original values span."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if x.dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    lo = float(x.min()) if x.numel() else 0.0
+    hi = float(x.max()) if x.numel() else 1.0
+    if x.is_floating_point():
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(x.dtype).requires_grad_(x.requires_grad)
+    return torch.randint(int(lo), int(hi) + 1, shape, generator=g).to(x.dtype)
+
+
+def _with_layout(x: Any, layout: str) -> Any:
+    """Same values (except `expanded`, which repeats the first slice), different strides."""
+    import torch
+
+    if layout == "contiguous":
+        return x.contiguous()
+    if layout == "transposed" and x.dim() >= 2:
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "channels_last" and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    if layout == "strided" and x.dim() >= 1:
+        buf = torch.zeros(*x.shape[:-1], x.shape[-1] * 2, dtype=x.dtype)
+        buf[..., ::2] = x.detach()
+        return buf[..., ::2].requires_grad_(x.requires_grad) if x.requires_grad else buf[..., ::2]
+    if layout == "expanded" and x.dim() >= 1 and x.shape[0] > 0:
+        return x.detach()[:1].expand(x.shape)
+    if layout in ("transposed", "channels_last", "strided", "expanded"):
+        return x  # the layout does not apply to a tensor of this rank
+    raise InvalidCase(f"unknown layout {layout!r}")
+
+
+def to_float64(a: Any) -> Any:
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if a.is_floating_point():
+            return a.detach().to(torch.float64).requires_grad_(a.requires_grad)
+        if a.is_complex():
+            return a.detach().to(torch.complex128)
+        return a
+    if isinstance(a, (list, tuple)):
+        return type(a)(to_float64(x) for x in a)
+    return a
+
+
+# -- the reference ----------------------------------------------------------------------------------
+@dataclass
+class Reference:
+    outputs: list[CallOutput]  # eager, one per call that succeeded
+    failed_call: int | None  # eager raised at this call (> 0: a sequence that must raise there)
+    error: BaseException | None
+    fp64: list[CallOutput] | None
+    tie_masks: dict[int, dict[str, Any]]
+    used_rng: bool
+    elapsed_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"calls": len(self.outputs) + (self.failed_call is not None), "failed_call": self.failed_call,
+                "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}",
+                "fp64": self.fp64 is not None, "used_rng": self.used_rng, "elapsed_s": round(self.elapsed_s, 4)}
+
+
+def run_reference(prog: Program) -> Reference:
+    from nnforge.oracle.torch_backends import EagerBackend
+
+    start = time.perf_counter()
+    eager = EagerBackend(record=True)
+    model, calls = prog.fresh()
+    try:
+        outputs, failed, error = eager.compile_and_run(model, calls), None, None
+    except CallFailed as e:
+        if e.call_index == 0:
+            raise InvalidCase(f"eager raises on the first call: {type(e.error).__name__}: {e.error}", e.error) from e
+        outputs, failed, error = e.partial, e.call_index, e.error
+    fp64: list[CallOutput] | None
+    try:
+        model64, calls64 = prog.fresh(float64=True)
+        fp64 = EagerBackend().compile_and_run(model64, calls64[: len(outputs)])
+    except Exception:
+        fp64 = None  # no precision evidence: tolerances alone decide
+    return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start)
+
+
+# -- judging one rung ------------------------------------------------------------------------------------
+def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> RungOutcome | None:
+    """The first disagreement between eager and the rung over the calls both completed, or None."""
+    for i, (r, a) in enumerate(zip(ref.outputs, outs)):
+        f = ref.fp64[i] if ref.fp64 is not None and i < len(ref.fp64) else None
+        parts = [("output", r.outputs, a.outputs, f.outputs if f else None, ref.tie_masks.get(i))]
+        if backend.torch_side_effects:
+            parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
+            parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
+        for label, exp, act, f64, ties in parts:
+            c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=backend.flat_outputs and label == "output")
+            if not c.ok:
+                return RungOutcome(backend.name, c.symptom, call_index=i,
+                                   output_index=c.leaf_index if label == "output" else None,
+                                   max_abs_err=c.max_abs_err, max_rel_err=c.max_rel_err,
+                                   fp64_rmse_actual=c.fp64_rmse_actual, fp64_rmse_eager=c.fp64_rmse_eager,
+                                   detail=f"{label}: {c.detail}")
+    return None
+
+
+def run_rung(prog: Program, ref: Reference, backend: Backend, *, reset_each_call: bool = False) -> RungOutcome:
+    start = time.perf_counter()
+    model, calls = prog.fresh()
+    raised: CallFailed | None = None
+    try:
+        outs = backend.compile_and_run(model, calls, reset_each_call=reset_each_call)
+    except CallFailed as e:
+        raised, outs = e, e.partial
+    elapsed = time.perf_counter() - start
+    if raised is not None and _unsupported_or_skipped(raised.error):
+        return replace(_exception_outcome(prog, backend, raised), elapsed_s=elapsed)
+    wrong = judge_outputs(ref, outs, backend)
+    if wrong is not None:
+        return replace(wrong, elapsed_s=elapsed)
+    if raised is not None:
+        if ref.failed_call is not None and raised.call_index == ref.failed_call:
+            return RungOutcome(backend.name, elapsed_s=elapsed)  # both raise at the same call
+        return replace(_exception_outcome(prog, backend, raised), elapsed_s=elapsed)
+    if ref.failed_call is not None:
+        return RungOutcome(backend.name, Symptom.EXCEPTION_MISMATCH, call_index=ref.failed_call, elapsed_s=elapsed,
+                           exc_type=type(ref.error).__name__, exc_message=_message(ref.error),
+                           detail=f"eager raises {type(ref.error).__name__} at call {ref.failed_call}; {backend.name} does not")
+    return RungOutcome(backend.name, elapsed_s=elapsed)
+
+
+def _unsupported_or_skipped(error: BaseException) -> bool:
+    return isinstance(error, (Unsupported, RungSkipped))
+
+
+def _exception_outcome(prog: Program, backend: Backend, failed: CallFailed) -> RungOutcome:
+    error = failed.error
+    if isinstance(error, RungSkipped):
+        return RungOutcome(backend.name, skipped=str(error))
+    if isinstance(error, Unsupported):
+        return RungOutcome(backend.name, Symptom.INVALID, call_index=failed.call_index,
+                           detail=f"unsupported: {error}")
+    root = root_cause(error)
+    frames = frames_of(root, prog.files)
+    if isinstance(error, ExportFailed):
+        symptom, blamed = Symptom.CRASH, "onnx_export"
+    else:
+        symptom = Symptom.EXCEPTION_MISMATCH if frames and frames[-1].file == PROGRAM_FILE else Symptom.CRASH
+        blamed = None
+    return RungOutcome(backend.name, symptom, call_index=failed.call_index, exc_type=_type_name(root),
+                       exc_message=_message(root), frames=frames, blamed_rung=blamed,
+                       detail=f"{_type_name(root)}: {_message(root).splitlines()[0] if _message(root) else ''}"[:300])
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The innermost exception: compilers wrap the real one (BackendCompilerFailed, ...)."""
+    seen = {id(error)}
+    while True:
+        inner = getattr(error, "inner_exception", None) or error.__cause__
+        if not isinstance(inner, BaseException) or id(inner) in seen:
+            return error
+        seen.add(id(inner))
+        error = inner
+
+
+def frames_of(error: BaseException, program_files: set[str]) -> tuple[Frame, ...]:
+    """Traceback frames, outermost first, with stable file names (program copies -> program.py)."""
+    out = []
+    for fs in traceback.extract_tb(error.__traceback__)[-MAX_FRAMES:]:
+        out.append(Frame(file=normalise_file(fs.filename, program_files), line=fs.lineno or 0, function=fs.name))
+    return tuple(out)
+
+
+def normalise_file(path: str, program_files: set[str]) -> str:
+    if os.path.abspath(path) in program_files or os.path.basename(path).startswith("program_"):
+        return PROGRAM_FILE
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def _type_name(e: BaseException) -> str:
+    cls = type(e)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _message(e: BaseException | None) -> str:
+    if e is None:
+        return ""
+    try:
+        return str(e)[:2000]
+    except Exception:
+        return "<unprintable exception>"
+
+
+# -- one target --------------------------------------------------------------------------------------------
+def run_target(prog: Program, ref: Reference, target_text: str, *, stop_at_first: bool = True,
+               only_rungs: list[str] | None = None) -> tuple[Verdict, list[RungOutcome]]:
+    import torch
+
+    target = parse_target(target_text)
+    versions = {"torch": torch.__version__}
+    if target.spec.family == "onnx" and ref.used_rng:
+        return Verdict(target=target.name, symptom=Symptom.INVALID, versions=versions,
+                       detail="the program draws random numbers; only torch.compile shares eager's RNG"), []
+    outcomes: list[RungOutcome] = []
+    multi_call = len(prog.steps) > 1
+    for backend in target.ladder(only_rungs):
+        if not backend.available():
+            outcomes.append(RungOutcome(backend.name, skipped=f"{backend.name} is not installed"))
+            continue
+        versions[backend.name] = backend.version()
+        announce_rung(target_text, backend.name)
+        outcome = run_rung(prog, ref, backend)
+        if backend.stateful and multi_call and outcome.symptom is not Symptom.INVALID and outcome.skipped is None:
+            outcome = _with_reset_run(prog, ref, backend, outcome)
+        outcomes.append(outcome)
+        if outcome.failed and stop_at_first:
+            break
+    return blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)}), outcomes
+
+
+def _with_reset_run(prog: Program, ref: Reference, backend: Backend, retained: RungOutcome) -> RungOutcome:
+    """Run again with the cache reset before every call; a difference marks the bug stateful."""
+    reset = run_rung(prog, ref, backend, reset_each_call=True)
+    elapsed = retained.elapsed_s + reset.elapsed_s
+    if retained.failed:
+        stateful = not reset.failed or reset.symptom is not retained.symptom or reset.call_index != retained.call_index
+        note = "passes" if not reset.failed else f"gives {reset.symptom.value} at call {reset.call_index}"
+        return replace(retained, stateful=stateful, elapsed_s=elapsed,
+                       detail=f"{retained.detail}; with the cache reset before every call it {note}")
+    if reset.failed:
+        return replace(reset, elapsed_s=elapsed,
+                       detail=f"{reset.detail}; only with the cache reset before every call (state retained passes)")
+    return replace(retained, elapsed_s=elapsed)
+
+
+# -- the entry point --------------------------------------------------------------------------------------------
+def run_case(payload: dict[str, Any]) -> dict[str, Any]:
+    """Everything the oracle does for one case inside a worker (see the module docstring)."""
+    from nnforge.oracle.torch_backends import configure_torch
+
+    configure_torch()
+    load_backends()
+    t0 = time.perf_counter()
+    seed = int(payload.get("seed", 0))
+    steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
+    result: dict[str, Any] = {"status": "ok", "reason": None, "exc_type": None, "exc_message": None, "frames": [],
+                              "inputs_pt": None, "state_pt": None, "search": None, "reference": None,
+                              "verdicts": [], "rungs": {}, "timings": {}}
+    prog = Program(source=payload["program"], inputs=(), state_dict={}, steps=steps, seed=seed)
+    try:
+        _prepare_values(prog, payload, result)
+        result["timings"]["prepare_s"] = round(time.perf_counter() - t0, 4)
+        ref = run_reference(prog)
+    except InvalidCase as e:
+        return _invalid(result, prog, e)
+    except Exception as e:  # the program misbehaved in a way the steps above did not foresee
+        return _invalid(result, prog, InvalidCase(f"the reference could not run: {type(e).__name__}: {e}", e))
+    result["reference"] = ref.to_json()
+    result["timings"]["reference_s"] = round(ref.elapsed_s, 4)
+    for target_text in payload.get("targets") or []:
+        only = (payload.get("rungs") or {}).get(target_text)
+        verdict, outcomes = run_target(prog, ref, target_text, stop_at_first=payload.get("stop_at_first", True),
+                                       only_rungs=only)
+        result["verdicts"].append(verdict.to_json())
+        result["rungs"][target_text] = [o.to_json() for o in outcomes]
+    result["timings"]["total_s"] = round(time.perf_counter() - t0, 4)
+    return result
+
+
+def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, Any]) -> None:
+    """Fill prog.inputs/state_dict: given values, else make_inputs() and (optionally) value search."""
+    import torch
+
+    try:
+        module = prog.load_module()
+    except BaseException as e:
+        raise InvalidCase(f"the program does not import: {type(e).__name__}: {e}", e) from e
+    if not hasattr(module, "Model") or not hasattr(module, "make_inputs"):
+        raise InvalidCase("the program must define `class Model` and `def make_inputs()`")
+    given_inputs = load_values(payload.get("inputs_pt"))
+    given_state = load_values(payload.get("state_pt"))
+    try:
+        torch.manual_seed(prog.seed)
+        model = module.Model()
+        if given_state is not None:
+            model.load_state_dict(given_state)
+        torch.manual_seed(prog.seed)
+        inputs = tuple(given_inputs) if given_inputs is not None else tuple(module.make_inputs())
+    except BaseException as e:
+        raise InvalidCase(f"building the model or its inputs raises {type(e).__name__}: {e}", e) from e
+    search_wanted = payload.get("search", True) and given_inputs is None
+    if search_wanted:
+        from nnforge.oracle.value_search import ValueSearch
+
+        try:
+            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", 200.0)), seed=prog.seed).run(model, inputs)
+            inputs = tuple(res.inputs)
+            if res.state_dict:
+                model.load_state_dict(res.state_dict)
+            result["search"] = res.to_json()
+        except Exception as e:
+            result["search"] = {"success": False, "error": f"{type(e).__name__}: {e}"}
+    prog.inputs = inputs
+    prog.state_dict = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    result["inputs_pt"] = dump_values(tuple(prog.inputs))
+    result["state_pt"] = dump_values(prog.state_dict)
+
+
+def _invalid(result: dict[str, Any], prog: Program, e: InvalidCase) -> dict[str, Any]:
+    result["status"] = "invalid"
+    result["reason"] = e.reason
+    if e.error is not None:
+        root = root_cause(e.error)
+        result["exc_type"] = _type_name(root)
+        result["exc_message"] = _message(root)
+        result["frames"] = [f.to_json() for f in frames_of(root, prog.files)]
+    return result

@@ -1,0 +1,164 @@
+"""The parent side of the oracle: a TestCase in, Verdicts out, the program never imported here.
+
+One case costs 1 + len(targets) worker calls:
+
+1. `job.run_case` with no targets: value search (unless the case has values) and the eager and
+   float64 reference runs. If the reference fails, every target is `invalid` and we stop.
+2. one `job.run_case` per target, with the values from step 1 fixed, rerunning the (cheap)
+   reference beside the target's ladder.
+
+Why one call per target: when a worker dies (segfault, timeout, OOM) the parent knows exactly
+which target killed it, the targets that already ran keep their results, the next target gets
+a fresh worker, and each target gets its own time limit. The price is the reference rerun per
+target: milliseconds against the seconds a compiler takes.
+
+A death is blamed on the rung in flight: the job announces each rung on the worker's log before
+starting it, and the log's tail comes back with the death. Only when no announcement survived
+are the ladder's rungs rerun one per call, cheapest first (the first that dies is guilty); that
+costs a worker restart per dying probe, so it is done for segfaults and OOMs, and for timeouts
+only when asked (each probe may wait a full timeout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Frame, Symptom, Verdict, worst
+from nnforge.oracle.backend import parse_target
+from nnforge.oracle.blame import blame_death
+from nnforge.oracle.job import rung_in_flight
+
+JOB = "nnforge.oracle.job:run_case"
+_DEATHS = {"segfault": Symptom.SEGFAULT, "timeout": Symptom.TIMEOUT, "oom": Symptom.OOM}
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """The verdicts for one case, and the case itself with the values they were judged on."""
+
+    case: TestCase  # with inputs/state_dict as chosen by value search (or as given)
+    verdicts: tuple[Verdict, ...]
+    search: dict[str, Any] | None = None  # value search's report, None when values were given
+    reference: dict[str, Any] | None = None
+    values_chosen: bool = False  # value search chose the values during this check
+    invalid_reason: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def symptom(self) -> Symptom:
+        return worst(list(self.verdicts))
+
+    @property
+    def is_bug(self) -> bool:
+        return self.symptom.is_bug
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case_id": self.case.case_id, "symptom": self.symptom.value,
+                "verdicts": [v.to_json() for v in self.verdicts], "search": self.search,
+                "reference": self.reference, "values_chosen": self.values_chosen,
+                "invalid_reason": self.invalid_reason, "timings": dict(self.timings)}
+
+
+class Oracle:
+    """Judges TestCases on `targets` (e.g. ["inductor", "ort", "tvm"]) using worker `pool`."""
+
+    def __init__(self, pool: Any, targets: list[str], value_search_budget_ms: float = 200.0, *,
+                 timeout_s: float | None = None, seed: int = 0, stop_at_first: bool = True,
+                 blame_deaths: bool = True, blame_timeouts: bool = False):
+        for t in targets:
+            parse_target(t)  # fail now, in the parent, on a misspelt target
+        self.pool = pool
+        self.targets = list(targets)
+        self.value_search_budget_ms = value_search_budget_ms
+        self.timeout_s = timeout_s
+        self.seed = seed
+        self.stop_at_first = stop_at_first
+        self.blame_deaths = blame_deaths
+        self.blame_timeouts = blame_timeouts
+
+    # -- public --------------------------------------------------------------------------------
+    def check(self, case: TestCase) -> CaseResult:
+        from nnforge.oracle.job import dump_values, load_values
+
+        base = self._payload(case)
+        if case.inputs is not None:
+            base["inputs_pt"] = dump_values(tuple(case.inputs))
+        if case.state_dict is not None:
+            base["state_pt"] = dump_values(dict(case.state_dict))
+        first = self.pool.call(JOB, {**base, "targets": [], "search": case.inputs is None}, timeout_s=self.timeout_s)
+        if not first.ok:
+            reason = f"the reference run failed in the worker: {first.status}: {first.exc_type}: {first.exc_message}"
+            return self._all_invalid(case, reason, frames=first.frames)
+        res = first.value
+        if res["status"] == "invalid":
+            return self._all_invalid(case, res["reason"], exc_type=res.get("exc_type"),
+                                     exc_message=res.get("exc_message"), frames=res.get("frames"),
+                                     search=res.get("search"))
+        chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
+        fixed = {**base, "inputs_pt": res["inputs_pt"], "state_pt": res["state_pt"], "search": False}
+        verdicts = [self._check_target(fixed, t) for t in self.targets]
+        return CaseResult(case=chosen, verdicts=tuple(verdicts), search=res.get("search"), reference=res.get("reference"),
+                          values_chosen=case.inputs is None, timings=dict(res.get("timings", {})))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _payload(self, case: TestCase) -> dict[str, Any]:
+        return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
+                "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first}
+
+    def _check_target(self, payload: dict[str, Any], target: str) -> Verdict:
+        out = self.pool.call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
+        if out.ok:
+            if out.value["status"] == "invalid":  # the reference failed this time (flaky program)
+                return Verdict(target=target, symptom=Symptom.INVALID, detail=out.value["reason"] or "")
+            return Verdict.from_json(out.value["verdicts"][0])
+        verdict = self._death_verdict(target, out)
+        in_flight = rung_in_flight(out.output_tail or "", target)
+        if in_flight is not None:
+            return replace(verdict, rung=in_flight, detail=f"{verdict.detail}; rung in flight: {in_flight}")
+        if verdict.symptom in _DEATHS.values() and self.blame_deaths and (
+                verdict.symptom is not Symptom.TIMEOUT or self.blame_timeouts):
+            verdict = self._blame_death(payload, target, verdict)
+        return verdict
+
+    def _death_verdict(self, target: str, out: Any) -> Verdict:
+        frames = tuple(Frame(file=_normalise(f[0]), line=int(f[1]), function=f[2]) for f in out.frames)
+        if out.status in _DEATHS:
+            symptom = _DEATHS[out.status]
+            detail = f"the worker died while running {target}: {out.exc_message}"
+        elif out.exc_type == "WorkerExited":  # the program or a compiler called exit()
+            symptom, detail = Symptom.CRASH, f"the worker exited while running {target}: {out.exc_message}"
+        else:  # the job itself failed: an oracle error, not a finding
+            return Verdict(target=target, symptom=Symptom.INVALID,
+                           detail=f"oracle error: {out.exc_type}: {out.exc_message}")
+        return Verdict(target=target, symptom=symptom, exc_type=out.exc_type or out.signal, exc_message=out.exc_message,
+                       frames=frames, detail=detail, timings={"elapsed_s": round(out.elapsed_s, 3)})
+
+    def _blame_death(self, payload: dict[str, Any], target: str, verdict: Verdict) -> Verdict:
+        probes = []
+        for rung in parse_target(target).spec.rungs:
+            out = self.pool.call(JOB, {**payload, "targets": [target], "rungs": {target: [rung]}}, timeout_s=self.timeout_s)
+            if out.ok:
+                v = out.value["verdicts"][0] if out.value["status"] == "ok" else None
+                symptom = Symptom(v["symptom"]) if v else Symptom.INVALID
+            else:
+                symptom = _DEATHS.get(out.status, Symptom.CRASH)
+            probes.append((rung, symptom))
+            if symptom.is_bug:
+                break
+        return blame_death(verdict, probes)
+
+    def _all_invalid(self, case: TestCase, reason: str, *, exc_type: str | None = None, exc_message: str | None = None,
+                     frames: Any = None, search: dict[str, Any] | None = None) -> CaseResult:
+        fr = tuple(Frame(**f) if isinstance(f, dict) else Frame(file=_normalise(f[0]), line=int(f[1]), function=f[2])
+                   for f in (frames or ()))
+        verdicts = tuple(Verdict(target=t, symptom=Symptom.INVALID, exc_type=exc_type, exc_message=exc_message,
+                                 frames=fr, detail=reason) for t in self.targets)
+        return CaseResult(case=case, verdicts=verdicts, search=search, invalid_reason=reason)
+
+
+def _normalise(path: str) -> str:
+    from nnforge.oracle.job import normalise_file
+
+    return normalise_file(path, set())

@@ -1,0 +1,181 @@
+"""Comparison rules, backends and blame ladders, run in-process with real compilers.
+
+The job module loads programs into the current directory, so every test that runs one chdirs
+to a temporary folder first.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nnforge.core.verdict import Symptom
+from nnforge.oracle.backend import Call, parse_target, target_names
+from nnforge.oracle.compare import TieRecorder, compare_outputs, compare_tensors, default_tolerance
+from nnforge.oracle.job import run_case
+
+CONV_MATMUL = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.weight = torch.nn.Parameter(torch.randn(6, 5))
+
+    def forward(self, x):
+        y = self.conv(x).relu()
+        z = y @ self.weight
+        return z, z.sum(-1).argmax(-1)
+
+def make_inputs():
+    return (torch.randn(2, 3, 8, 8),)
+'''
+
+
+# -- compare.py on synthetic tensors ---------------------------------------------------------------
+def test_float16_result_closer_to_float64_than_eager_is_not_a_bug():
+    exact = torch.linspace(-3, 3, 64, dtype=torch.float64)
+    eager = (exact + 0.01).to(torch.float16)  # eager is off by 1e-2: outside float16 tolerance
+    compiled = exact.to(torch.float16)  # the compiled value is as exact as float16 allows
+    assert not bool(torch.allclose(eager.double(), compiled.double(), rtol=1e-3, atol=1e-5))
+    assert compare_tensors(eager, compiled, fp64=exact).ok
+    # ... but a compiled result further from float64 than eager is a mismatch, with the evidence.
+    worse = (exact - 0.05).to(torch.float16)
+    c = compare_tensors(eager, worse, fp64=exact)
+    assert c.symptom is Symptom.MISMATCH
+    assert c.fp64_rmse_actual > 2 * c.fp64_rmse_eager
+    # Without float64 evidence tolerances alone decide.
+    assert compare_tensors(eager, compiled).symptom is Symptom.MISMATCH
+
+
+def test_argmax_ties_are_not_compared_but_other_positions_are():
+    x = torch.tensor([[1.0, 5.0, 5.0], [2.0, 0.0, 1.0]])
+    with TieRecorder() as rec:
+        idx = x.argmax(dim=1)
+    masks = rec.masks_for((idx,))
+    assert masks["[0]"].tolist() == [True, False]
+    other_tie_choice = torch.tensor([2, 0])  # row 0 ties between 1 and 2: either is right
+    assert compare_outputs((idx,), (other_tie_choice,), tie_masks=masks).ok
+    wrong = torch.tensor([1, 2])  # row 1 has a unique maximum at 0
+    assert compare_outputs((idx,), (wrong,), tie_masks=masks).symptom is Symptom.MISMATCH
+    assert compare_outputs((idx,), (other_tie_choice,)).symptom is Symptom.MISMATCH  # no mask: exact
+
+
+def test_nan_positions_are_compared_on_their_own():
+    e = torch.tensor([1.0, float("nan"), float("inf")])
+    assert compare_tensors(e, e.clone()).ok
+    assert compare_tensors(e, torch.tensor([1.0, 0.5, float("inf")])).symptom is Symptom.NAN_MISMATCH
+    assert compare_tensors(e, torch.tensor([1.0, float("nan"), float("-inf")])).symptom is Symptom.NAN_MISMATCH
+    # Eager overflowed where float64 did not; the compiled value agrees with float64: not a bug.
+    r = torch.tensor([1.0, 2.0, 70000.0], dtype=torch.float64)
+    eager16 = torch.tensor([1.0, 2.0, float("inf")], dtype=torch.float16)
+    compiled16 = torch.tensor([1.0, 2.0, 65504.0], dtype=torch.float16)
+    assert compare_tensors(eager16, compiled16, fp64=r).symptom is Symptom.NAN_MISMATCH  # 65504 is not 70000
+    assert compare_tensors(torch.tensor([1.0, float("inf")]), torch.tensor([1.0, 3.0]),
+                           fp64=torch.tensor([1.0, 3.0], dtype=torch.float64)).ok
+
+
+def test_integers_exact_structure_shape_and_dtype_must_match():
+    a = {"n": 3, "t": (torch.tensor([1, 2, 3]), torch.ones(2))}
+    assert compare_outputs(a, {"n": 3, "t": (torch.tensor([1, 2, 3]), torch.ones(2))}).ok
+    c = compare_outputs(a, {"n": 3, "t": (torch.tensor([1, 2, 4]), torch.ones(2))})
+    assert c.symptom is Symptom.MISMATCH and c.path == "['t'][0]" and c.max_abs_err == 1.0
+    assert not compare_outputs(a, {"n": 4, "t": a["t"]}).ok
+    assert "structure" in compare_outputs(a, {"n": 3, "t": (a["t"][0],)}).detail
+    assert "shape" in compare_tensors(torch.ones(2, 3), torch.ones(3, 2)).detail
+    assert "dtype" in compare_tensors(torch.ones(2), torch.ones(2, dtype=torch.float64)).detail
+    tol = default_tolerance(torch.float32)
+    assert compare_tensors(torch.ones(4), torch.ones(4) + tol.atol / 2).ok
+
+
+# -- registries and backends ----------------------------------------------------------------------------
+def test_targets_resolve_to_ladders_and_test_faults_stay_hidden():
+    assert {"inductor", "aot_eager", "eager", "ort", "tvm"} <= set(target_names())
+    assert not any(n.startswith("faulty") for n in target_names())
+    assert [b.name for b in parse_target("inductor").ladder()] == ["dynamo", "aot_autograd", "inductor"]
+    assert [b.name for b in parse_target("ort").ladder()] == ["onnx_export", "ort_kernels", "ort_optimizer"]
+    assert [b.name for b in parse_target("tvm").ladder()] == ["tvm_frontend", "tvm_pipeline"]
+    t = parse_target("faulty_crash:sin")
+    assert t.params == {"op": "sin"} and [b.name for b in t.ladder()] == ["dynamo", "faulty_crash"]
+    assert parse_target("inductor:dynamic=true,mode=max-autotune-no-cudagraphs").params["dynamic"] is True
+    with pytest.raises(ValueError, match="does not understand"):
+        parse_target("ort:dynamic=true")
+    with pytest.raises(ValueError, match="unknown target"):
+        parse_target("nope")
+
+
+def test_compiled_backend_runs_an_invocation_sequence_with_state_changes():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    def set_scale(m):
+        m.scale = 3.0
+
+    calls = [Call(args=(torch.ones(3),)), Call(args=(torch.ones(3),), before=set_scale)]
+    for backend in parse_target("eager").ladder():
+        outs = backend.compile_and_run(M(), calls)
+        assert [o.outputs.tolist() for o in outs] == [[1.0] * 3, [3.0] * 3]
+        outs = backend.compile_and_run(M(), calls, reset_each_call=True)
+        assert outs[1].outputs.tolist() == [3.0] * 3
+
+
+# -- whole ladders through the in-worker job (run here in-process) --------------------------------------
+@pytest.mark.slow
+def test_ort_and_tvm_pass_a_conv_matmul_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run_case({"program": CONV_MATMUL, "targets": ["ort", "tvm"], "calls": [{"grad_enabled": False}]})
+    assert res["status"] == "ok", res["reason"]
+    by_target = {v["target"]: v for v in res["verdicts"]}
+    assert by_target["ort"]["symptom"] == "pass", by_target["ort"]["detail"]
+    assert by_target["tvm"]["symptom"] == "pass", by_target["tvm"]["detail"]
+    assert [o["rung"] for o in res["rungs"]["ort"]] == ["onnx_export", "ort_kernels", "ort_optimizer"]
+    assert [o["rung"] for o in res["rungs"]["tvm"]] == ["tvm_frontend", "tvm_pipeline"]
+    assert by_target["ort"]["versions"]["ort_kernels"] and by_target["tvm"]["versions"]["tvm_pipeline"]
+
+
+@pytest.mark.slow
+def test_planted_perturbation_is_a_mismatch_blamed_on_its_rung(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run_case({"program": CONV_MATMUL, "targets": ["faulty_perturb", "faulty_perturb:sin"],
+                    "calls": [{"grad_enabled": False}]})
+    perturbed, untriggered = (v for v in res["verdicts"])
+    assert perturbed["symptom"] == "mismatch" and perturbed["rung"] == "faulty_perturb"
+    assert perturbed["call_index"] == 0 and perturbed["output_index"] == 0
+    assert perturbed["fp64_rmse_actual"] > perturbed["fp64_rmse_eager"]
+    assert untriggered["symptom"] == "pass"  # the program has no sin: the fault does not fire
+
+
+@pytest.mark.slow
+def test_planted_lowering_crash_keeps_its_type_message_and_location(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run_case({"program": CONV_MATMUL, "targets": ["faulty_crash:convolution"], "calls": [{"grad_enabled": False}]})
+    v = res["verdicts"][0]
+    assert v["symptom"] == "crash" and v["rung"] == "faulty_crash"
+    assert v["exc_type"] == "RuntimeError" and v["exc_message"] == "faulty_crash: no lowering for aten.convolution"
+    assert v["frames"][-1]["function"] == "lower_faulty_op"
+    assert res["rungs"]["faulty_crash:convolution"][0]["symptom"] == "pass"  # dynamo alone is fine
+
+
+# -- blame.py --------------------------------------------------------------------------------------------
+def test_first_failing_rung_is_blamed_and_skipped_rungs_judge_nothing():
+    from nnforge.oracle.blame import RungOutcome, blame, blame_death
+
+    outcomes = [RungOutcome("onnx_export", skipped="no reference kernel for Foo"),
+                RungOutcome("ort_kernels"),
+                RungOutcome("ort_optimizer", Symptom.MISMATCH, call_index=0, output_index=1, max_abs_err=0.5)]
+    v = blame("ort", outcomes)
+    assert (v.symptom, v.rung, v.output_index) == (Symptom.MISMATCH, "ort_optimizer", 1)
+    assert "onnx_export: skipped" in v.detail and set(v.timings) == {"onnx_export_s", "ort_kernels_s", "ort_optimizer_s"}
+    assert blame("ort", outcomes[:2]).symptom is Symptom.PASS
+    export_crash = RungOutcome("tvm_frontend", Symptom.CRASH, blamed_rung="onnx_export")
+    assert blame("tvm", [export_crash]).rung == "onnx_export"
+    died = blame("inductor", [])
+    died = type(died)(target="inductor", symptom=Symptom.SEGFAULT)
+    assert blame_death(died, [("dynamo", Symptom.PASS), ("aot_autograd", Symptom.SEGFAULT)]).rung == "aot_autograd"
+    assert blame_death(died, [("dynamo", Symptom.PASS), ("inductor", Symptom.PASS)]).rung == "inductor"

@@ -1,0 +1,151 @@
+"""The oracle end to end: TestCases judged in real sandboxed workers with real compilers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nnforge.core.calls import CallStep
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom
+from nnforge.oracle.oracle import Oracle
+from nnforge.oracle.sandbox import WorkerPool
+
+pytestmark = pytest.mark.slow
+
+SMALL = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x).sin() + 1
+
+def make_inputs():
+    return (torch.randn(2, 4),)
+'''
+
+# log of a normal sample is NaN half the time: value search must make x positive first.
+NAN_AT_START = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        y = torch.log(x)
+        return (y * 2).tanh() + y.exp()
+
+def make_inputs():
+    return (-torch.rand(3, 5) - 0.5,)
+'''
+
+EAGER_RAISES = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x @ torch.ones(7, 2)
+
+def make_inputs():
+    return (torch.randn(2, 4),)
+'''
+
+ABORT_WHEN_COMPILED = '''
+import os
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            os.abort()
+        return x + 1
+
+def make_inputs():
+    return (torch.randn(3),)
+'''
+
+LOOP_WHEN_COMPILED = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            while True:
+                x = x + 1
+        return x + 1
+
+def make_inputs():
+    return (torch.randn(3),)
+'''
+
+STATE_CHANGES = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 1.0
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(x) * self.scale
+
+def make_inputs():
+    return (torch.randn(4, 4),)
+'''
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(size=1, timeout_s=120, memory_mb=6000) as p:
+        yield p
+
+
+def test_value_search_repairs_a_nan_start_and_inductor_then_passes(pool):
+    result = Oracle(pool, ["inductor"]).check(TestCase(program=NAN_AT_START))
+    assert result.search["success"] and not result.search["initially_finite"]
+    assert bool((result.case.inputs[0] > 0).all())  # the chosen values, ready to save
+    assert [v.symptom for v in result.verdicts] == [Symptom.PASS], result.verdicts[0].detail
+    assert result.values_chosen and result.symptom is Symptom.PASS
+
+
+def test_a_program_whose_eager_raises_is_invalid_for_every_target(pool):
+    result = Oracle(pool, ["eager", "ort"]).check(TestCase(program=EAGER_RAISES))
+    assert [v.symptom for v in result.verdicts] == [Symptom.INVALID, Symptom.INVALID]
+    assert result.verdicts[0].exc_type == "RuntimeError" and "eager raises" in result.invalid_reason
+    assert not result.is_bug
+
+
+def test_given_values_are_used_and_a_call_sequence_with_state_changes_passes(pool):
+    x = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    calls = (CallStep(mode="eval"), CallStep(set_attrs={"scale": 2.5}), CallStep(mode="train", grad_enabled=False))
+    result = Oracle(pool, ["eager"]).check(TestCase(program=STATE_CHANGES, inputs=(x,), calls=calls))
+    assert result.search is None and not result.values_chosen
+    assert torch.equal(result.case.inputs[0], x)
+    v = result.verdicts[0]
+    assert v.symptom is Symptom.PASS, v.detail  # dropout in train mode: same RNG as eager
+    assert not v.stateful
+
+
+def test_program_aborting_inside_compiled_forward_is_a_segfault(pool):
+    result = Oracle(pool, ["eager"], blame_deaths=False).check(TestCase(program=ABORT_WHEN_COMPILED))
+    assert result.verdicts[0].symptom is Symptom.SEGFAULT
+    assert any(f.file == "program.py" for f in result.verdicts[0].frames)  # faulthandler saw where
+
+
+def test_planted_abort_is_a_segfault_blamed_on_its_rung_and_the_pool_survives(pool):
+    oracle = Oracle(pool, ["faulty_segv", "eager"])
+    result = oracle.check(TestCase(program=SMALL))
+    segv, eager = result.verdicts
+    assert segv.symptom is Symptom.SEGFAULT and segv.rung == "faulty_segv"
+    assert "rung in flight: faulty_segv" in segv.detail  # blamed from the worker's log, no reruns
+    assert "SIGABRT" in segv.exc_message
+    assert eager.symptom is Symptom.PASS  # the next target ran in a fresh worker
+
+
+def test_infinite_loop_under_compile_is_a_timeout(pool):
+    # Last in this module: the restart after the kill is paid by nobody.
+    result = Oracle(pool, ["eager"], timeout_s=5).check(TestCase(program=LOOP_WHEN_COMPILED))
+    assert result.verdicts[0].symptom is Symptom.TIMEOUT

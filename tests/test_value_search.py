@@ -1,0 +1,279 @@
+"""Value search finds values for which no operator of a program yields NaN or Inf."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from nnforge.oracle.value_search import SearchResult, ValueSearch, checked_call, first_nonfinite
+
+# Generous budget: these tests check what is found, not how fast (the suite may share cores).
+SEARCH = dict(budget_ms=2000.0, max_iters=300)
+
+
+def assert_repaired(model: nn.Module, inputs: tuple, res: SearchResult) -> None:
+    assert res.success, res
+    assert first_nonfinite(model, res.inputs) is None
+    assert len(res.inputs) == len(inputs)
+    for old, new in zip(inputs, res.inputs):
+        if isinstance(old, torch.Tensor):
+            assert (new.dtype, new.shape, new.stride()) == (old.dtype, old.shape, old.stride())
+            assert new.requires_grad == old.requires_grad
+
+
+class ArgmaxOfLog(nn.Module):
+    def forward(self, x):
+        return torch.argmax(torch.log(x))
+
+
+class WhereLog(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, torch.log(x), torch.zeros_like(x))
+
+
+def test_nan_hidden_behind_argmax_is_detected_and_repaired():
+    model, inputs = ArgmaxOfLog(), (torch.tensor([-1.0, 2.0, -3.0, 0.5]),)
+    assert torch.isfinite(model(*inputs).float()).all()  # the output alone looks fine
+    assert first_nonfinite(model, inputs) == "log"
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert res.culprit is None and not res.initially_finite and res.method == "gradient"
+    assert_repaired(model, inputs, res)
+    assert (res.inputs[0] > 0).all()
+
+
+def test_nan_masked_by_where_is_detected_and_repaired():
+    model, inputs = WhereLog(), (torch.tensor([[-1.0, 2.0], [0.0, -0.5]]),)
+    assert torch.isfinite(model(*inputs)).all()
+    assert first_nonfinite(model, inputs) == "log"
+    assert_repaired(model, inputs, ValueSearch(**SEARCH).run(model, inputs))
+
+
+def test_division_by_value_near_zero_is_repaired():
+    class DivShift(nn.Module):
+        def forward(self, x):
+            return x / (x - 0.5)
+
+    model, inputs = DivShift(), (torch.tensor([0.5, 1.0, 0.5, -2.0]),)
+    assert first_nonfinite(model, inputs) == "div"
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert ((res.inputs[0] - 0.5).abs() > 1e-3).all()
+
+
+def test_sqrt_of_negative_weights_is_repaired_through_parameters():
+    class SqrtWeight(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.full((4,), -2.0))
+
+        def forward(self, x):
+            return x * torch.sqrt(self.w)
+
+    model = SqrtWeight()
+    inputs = (torch.randn(3, 4),)
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert torch.equal(res.inputs[0], inputs[0])  # nothing to change there: no gradient
+    assert (model.w > 0).all() and torch.equal(res.state_dict["w"], model.w.detach())
+    assert model.w.requires_grad and model.w.grad is None
+
+
+def test_asin_out_of_range_is_repaired():
+    class Asin(nn.Module):
+        def forward(self, x):
+            return torch.asin(3.0 * x)
+
+    model, inputs = Asin(), (torch.linspace(-2.0, 2.0, 9),)
+    assert first_nonfinite(model, inputs) == "asin"
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert (3 * res.inputs[0].abs() <= 1).all()
+
+
+def test_floor_and_relu_before_log_are_crossed_by_straight_through_gradient():
+    class FloorRelu(nn.Module):
+        def forward(self, x):
+            return torch.log(torch.floor(torch.relu(x)))
+
+    model, inputs = FloorRelu(), (-torch.rand(6) - 0.1,)
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"  # the true gradient is zero everywhere here
+    assert (res.inputs[0] >= 1).all()
+
+
+def test_comparison_and_int_cast_pass_gradient_through_shadows():
+    class Casts(nn.Module):
+        def forward(self, x):
+            return torch.log((x > 0.3).float() + x.long().float())
+
+    model, inputs = Casts(), (-torch.rand(5),)
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"
+
+
+def test_float16_exp_overflow_is_repaired_keeping_dtype():
+    class Exp(nn.Module):
+        def forward(self, x):
+            return torch.exp(x).sum(-1)
+
+    model, inputs = Exp(), (torch.tensor([[20.0, 1.0], [3.0, 30.0]], dtype=torch.float16),)
+    assert first_nonfinite(model, inputs) == "exp"
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.inputs[0].dtype == torch.float16
+    assert (res.inputs[0].float() < math.log(65504.0)).all()
+
+
+def test_float16_parameter_is_optimised_through_float32_master():
+    class HalfSqrt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.full((4,), -2.0, dtype=torch.float16))
+
+        def forward(self, x):
+            return x * torch.rsqrt(self.w)
+
+    model = HalfSqrt()
+    inputs = (torch.ones(4, dtype=torch.float16),)
+    assert_repaired(model, inputs, ValueSearch(**SEARCH).run(model, inputs))
+    assert model.w.dtype == torch.float16 and (model.w > 0).all()
+
+
+def test_finite_program_returns_at_once():
+    model = nn.Sequential(nn.Linear(4, 3), nn.Tanh())
+    inputs = (torch.randn(2, 4),)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert res.success and res.iterations == 0 and res.initially_finite
+    assert res.method == "none" and res.culprit is None
+    assert res.inputs[0] is inputs[0] or torch.equal(res.inputs[0], inputs[0])
+    assert all(torch.equal(before[k], v) for k, v in res.state_dict.items())
+    assert first_nonfinite(model, inputs) is None
+
+
+def test_constant_infinity_fails_within_budget_and_restores_parameters():
+    class AlwaysInf(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x) + torch.full((3,), float("inf"))
+
+    model = AlwaysInf()
+    inputs = (torch.randn(2, 3),)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = ValueSearch(budget_ms=100.0, max_iters=10_000).run(model, inputs)
+    assert not res.success and res.culprit == "full"
+    assert res.elapsed_ms < 100.0 + 1000.0  # the budget, plus one slow iteration at most
+    assert res.iterations > 0
+    assert torch.equal(res.inputs[0], inputs[0])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_program_that_raises_is_reported_not_propagated():
+    class IntDivZero(nn.Module):
+        def forward(self, i):
+            return torch.div(i, i - 1, rounding_mode="floor")
+
+    res = ValueSearch(**SEARCH).run(IntDivZero(), (torch.tensor([0, 1, 2]),))
+    assert not res.success and res.culprit.startswith("exception: RuntimeError")
+    with pytest.raises(RuntimeError):
+        first_nonfinite(IntDivZero(), (torch.tensor([0, 1, 2]),))
+
+
+def test_integer_driven_divisor_is_resampled():
+    class DivByIndex(nn.Module):
+        def forward(self, x, i):
+            return x / i.float()
+
+    inputs = (torch.randn(4), torch.tensor([0, 1, 2, 3]))
+    res = ValueSearch(**SEARCH).run(DivByIndex(), inputs)
+    assert_repaired(DivByIndex(), inputs, res)
+    assert res.method == "sampling"
+    assert (res.inputs[1] != 0).all() and res.inputs[1].min() >= 0 and res.inputs[1].max() <= 3
+
+
+def test_control_flow_containers_and_inplace_ops():
+    class Messy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, xs, cfg):
+            out = []
+            for x in xs:
+                if x.sum() > 0:
+                    y = x.clone()
+                    y.sub_(cfg["shift"]).sqrt_()
+                else:
+                    y = self.bn(x).log()
+                out.append(y)
+            x0 = xs[0]
+            x0.mul_(2.0)  # mutates its input: the search must work on copies
+            return {"ys": out, "n": len(out)}
+
+    model = Messy()
+    xs = [torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.1, 0.2]]), -torch.rand(4, 3)]
+    inputs = (xs, {"shift": 2.5})
+    snapshot = [x.clone() for x in xs]
+    bn_before = model.bn.running_mean.clone()
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert res.success, res
+    assert all(torch.equal(a, b) for a, b in zip(snapshot, xs))  # caller's tensors untouched
+    assert torch.equal(model.bn.running_mean, bn_before)  # buffers as they were
+    assert first_nonfinite(model, res.inputs) is None
+
+
+def test_output_only_nonfinite_and_checked_call():
+    class Identity(nn.Module):
+        def forward(self, x):
+            return x
+
+    assert first_nonfinite(Identity(), (torch.tensor([1.0, float("nan")]),)) == "output"
+    out, culprit = checked_call(WhereLog(), (torch.tensor([-1.0, 2.0]),))
+    assert culprit == "log" and torch.isfinite(out).all()  # the run is complete, not cut short
+
+
+def test_same_seed_gives_the_same_values():
+    def fresh():
+        torch.manual_seed(1)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Softplus())
+
+        class Wrap(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = model
+
+            def forward(self, x, y):
+                return torch.log(self.inner(x) - 1.0) / (y - 0.25)
+
+        return Wrap(), (torch.randn(3, 4), torch.full((3, 1), 0.25))
+
+    results = []
+    for seed in (7, 7):
+        model, inputs = fresh()
+        res = ValueSearch(budget_ms=10_000.0, max_iters=300, seed=seed).run(model, inputs)
+        assert_repaired(model, inputs, res)
+        results.append(res)
+    a, b = results
+    assert a.iterations == b.iterations and a.method == b.method
+    assert all(torch.equal(x, y) for x, y in zip(a.inputs, b.inputs))
+    assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
+
+
+def test_same_seed_gives_the_same_samples():
+    class DivByIndex(nn.Module):
+        def forward(self, x, i):
+            return x / (i.float() - 1.0)
+
+    inputs = (torch.randn(6), torch.tensor([0, 1, 2, 3, 1, 2]))
+    a, b = (ValueSearch(**SEARCH, seed=3).run(DivByIndex(), inputs) for _ in range(2))
+    assert a.success and a.method == "sampling"
+    assert a.iterations == b.iterations
+    assert all(torch.equal(x, y) for x, y in zip(a.inputs, b.inputs))
