@@ -123,7 +123,7 @@ class GraphGenerator:
         _fresh_z3_context()
         self.solver = z3.Solver()
         self.solver.set("random_seed", cfg.seed % (2**31))
-        self.solver.set("timeout", self.CHECK_TIMEOUT_MS)
+        self.solver.set("rlimit", self.CHECK_RLIMIT)
         self.vals: dict[int, _Val] = {}
         self.nodes: list[_Node] = []
         self.next_id = 0
@@ -249,7 +249,7 @@ class GraphGenerator:
 
     def finish(self, t0: float | None = None) -> Generated:
         t0 = time.perf_counter() if t0 is None else t0
-        self.solver.set("timeout", 30 * self.CHECK_TIMEOUT_MS)
+        self.solver.set("rlimit", 30 * self.CHECK_RLIMIT)
         res = self.solver.check()
         if res != z3.sat:  # only satisfiable states are kept, so only a pathological timeout lands here
             raise RuntimeError(f"generator state became {res}")
@@ -299,7 +299,9 @@ class GraphGenerator:
         n = t.numel()
         return [] if isinstance(n, int) else [n <= self.cfg.max_elems]
 
-    CHECK_TIMEOUT_MS = 1000  # one solver query; a constant, because z3's answers depend on it
+    # One solver query may spend this much of z3's deterministic resource counter (rlimit). A
+    # wall-clock timeout would make the same seed give different programs on a loaded machine.
+    CHECK_RLIMIT = 3_000_000
 
     def _check_push(self, cons: list) -> bool:
         self.solver.push()
