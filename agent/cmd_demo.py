@@ -47,7 +47,8 @@ def demo(
     cfg = GeneratorConfig(n_nodes=nodes, seed=seed, onnx_only=True)
     console.print(f"[bold]NNForge demo[/bold]: {count} programs of {nodes} ops, targets {', '.join(target_list)}")
     console.print(f"starting {workers} sandboxed workers (first torch.compile may take ~30 s on a cold cache) ...")
-    table = Table("case", "ops", "value search", *target_list, title="verdicts (rung = guilty layer)")
+    table = Table("case", "ops", "value search", *target_list, title="verdicts (rung = guilty layer)",
+                  expand=True)
     tally: Counter = Counter()
     t0 = time.perf_counter()
     with WorkerPool(size=workers, timeout_s=settings.worker_timeout_s, memory_mb=settings.worker_memory_mb) as pool:
@@ -66,7 +67,8 @@ def demo(
                 tally[(v.target, v.symptom.value)] += 1
                 style = "green" if v.symptom is Symptom.PASS else ("yellow" if v.symptom is Symptom.INVALID else "red")
                 cells.append(f"[{style}]{v.symptom.value}[/{style}]" + (f" ({v.rung})" if v.rung and v.is_bug else ""))
-            table.add_row(folder.name, " ".join(gen.graph.ops()[:6]) + (" ..." if len(gen.graph.nodes) > 6 else ""),
+            ops = gen.graph.ops()
+            table.add_row(folder.name, f"{len(ops)}: " + ", ".join(ops[:3]) + (", ..." if len(ops) > 3 else ""),
                           f"{found} ({search.get('iterations', 0)} it)", *cells)
             console.print(f"  {folder}: {result.symptom.value}")
     console.print(table)

@@ -300,12 +300,13 @@ class Einsum(OpSpec):
         return self._analyse(inputs)[0]
 
     def type_transfer(self, inputs):
-        return [AbsTensor(self._out_dtype(inputs[0].dtype), self._analyse(inputs)[1])]
+        return [AbsTensor(self._out_dtype(inputs[0].dtype, inputs[0].rank), self._analyse(inputs)[1])]
 
-    def _out_dtype(self, dtype: str) -> str:
+    def _out_dtype(self, dtype: str, rank: int) -> str:
         """A one-operand einsum that sums dims away is torch.sum: integers come back as int64."""
         ops, rhs = parse_equation(self.attrs["equation"])
-        summed = set(ops[0].replace("...", "")) - set(rhs) or ("..." in ops[0] and "..." not in rhs)
+        ell_dims = rank - _letters(ops[0])
+        summed = set(ops[0].replace("...", "")) - set(rhs) or ("..." in ops[0] and "..." not in rhs and ell_dims > 0)
         return "int64" if len(ops) == 1 and summed and dtype in INT_DTYPES else dtype
 
     @classmethod

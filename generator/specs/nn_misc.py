@@ -134,7 +134,9 @@ class ScaledDotProductAttention(OpSpec):
                 f"is_causal={a['is_causal']}, scale={scale}, enable_gqa={a['enable_gqa']})")
 
     def exports_onnx(self, a, in_sigs):
-        return not a["enable_gqa"] and in_sigs[0][0] in ("float32", "float64")
+        # the exporter takes a bool or float32 mask only, and has no enable_gqa
+        mask_ok = len(in_sigs) == 3 or in_sigs[3][0] in ("bool", "float32")
+        return not a["enable_gqa"] and mask_ok and in_sigs[0][0] in ("float32", "float64")
 
 
 @register_op
