@@ -23,7 +23,7 @@ def _root() -> None:
 
 
 # Modules that register commands on `app`, in the order they appear in --help.
-COMMAND_MODULES = ("cmd_generate", "cmd_run", "cmd_mutate", "cmd_demo")
+COMMAND_MODULES = ("cmd_generate", "cmd_run", "cmd_mutate", "cmd_demo", "cmd_history", "cmd_reduce", "cmd_triage", "cmd_report")
 
 
 def _register_commands() -> None:

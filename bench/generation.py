@@ -49,9 +49,12 @@ def measure(nodes: int, count: int, onnx_every: int, binning: bool = True) -> di
         if (seed + 1) % 100 == 0:
             instances_per_100.append(len(block))
             block = set()
+            print(f"  [{nodes} nodes, binning={binning}] {seed + 1}/{count} programs", file=sys.stderr, flush=True)
         program = to_program(g)
         try:
-            model, inputs, _ = run_program(program)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model, inputs, _ = run_program(program)
             valid += 1
         except Exception as e:
             errors[f"{type(e).__name__}: {str(e)[:80]}"] += 1

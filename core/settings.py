@@ -19,6 +19,9 @@ class Settings(BaseSettings):
     llm_max_retries: int = 3
     llm_token_budget: int = 2_000_000
     llm_cache_dir: str = "~/.cache/nnforge/llm"
+    llm_backoff_s: float = 1.0  # first retry delay; doubles per retry (429/5xx/timeouts)
+    llm_cooldown_s: float = 300.0  # after the endpoint proves unusable, stay offline this long
+    llm_max_repairs: int = 2  # times a failing mutant goes back to the model with its error
 
     # Sandboxed workers.
     worker_timeout_s: float = 60.0  # per test

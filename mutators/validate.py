@@ -52,13 +52,28 @@ def check_case(call: Callable[..., Any], case: TestCase, seed: int = 0, timeout_
     return EagerCheck(bool(v["ok"]), v.get("stage", ""), v.get("error", ""))
 
 
-def eager_probe(call: Callable[..., Any], seed: int = 0) -> Callable[[TestCase], bool]:
-    """A Probe for mutators that need to try candidates (e.g. shape changes in a call sequence)."""
+class EagerProbe:
+    """A Probe (case -> runs in eager?) whose `check` also says where and why a case failed.
 
-    def probe(case: TestCase) -> bool:
-        return check_case(call, case, seed).ok
+    Mutators that try candidates (shape changes in a call sequence) only need the bool; the LLM
+    mutator sends the failure back to the model, so it uses `check`.
+    """
 
-    return probe
+    def __init__(self, call: Callable[..., Any], seed: int = 0, timeout_s: float | None = None) -> None:
+        self.call = call
+        self.seed = seed
+        self.timeout_s = timeout_s
+
+    def check(self, case: TestCase) -> EagerCheck:
+        return check_case(self.call, case, self.seed, self.timeout_s)
+
+    def __call__(self, case: TestCase) -> bool:
+        return self.check(case).ok
+
+
+def eager_probe(call: Callable[..., Any], seed: int = 0, timeout_s: float | None = None) -> EagerProbe:
+    """A Probe for mutators that need to try candidates, built on a WorkerPool's `call`."""
+    return EagerProbe(call, seed, timeout_s)
 
 
 # -- inside the worker -----------------------------------------------------------------------------------------

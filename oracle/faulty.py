@@ -13,6 +13,11 @@ op makes the bug go away, one that keeps it keeps the bug.
 | `faulty_segv`      | dynamo -> faulty_segv          | os.abort() (SIGABRT: the worker dies)                        |
 
 Three distinct faults for triage tests: `faulty_perturb:add`, `faulty_crash:sin`, `faulty_segv:relu`.
+
+`op` may list alternatives, `faulty_crash:sin|cos`: the fault fires for the first listed op the
+graph contains and names that op (a graph with both crashes on `sin`, one with only `cos` on
+`cos`). One target then plants two distinguishable bugs, which is how triage tests check that a
+reducer keeps the bug it started with instead of sliding onto another one.
 """
 
 from __future__ import annotations
@@ -47,10 +52,14 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
+    wanted = op.split("|") if op is not None else None
+
     def fw_compiler(gm: Any, example_inputs: Any) -> Callable:
-        triggered = op is None or op in graph_ops(gm)
+        present = graph_ops(gm)
+        hit = None if wanted is None else next((o for o in wanted if o in present), None)
+        triggered = wanted is None or hit is not None
         if triggered and fault == "crash":
-            lower_faulty_op(op or "any")
+            lower_faulty_op(hit or "any")
         if triggered and fault == "abort":
             os.abort()
         if not (triggered and fault == "perturb"):

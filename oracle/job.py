@@ -19,10 +19,11 @@ The payload and the result are plain dicts (tensors travel as `torch.save` bytes
 payload: program (str), calls ([CallStep json]), targets ([str]), inputs_pt / state_pt (bytes,
 optional), search (bool, default True: only when no inputs are given), search_budget_ms, seed,
 stop_at_first (bool, default True), rungs ({target: [rung, ...]} to run only some rungs).
+coverage (bool: measure torch's compiler packages, see oracle/coverage_probe.py).
 
 result: status ("ok" | "invalid"), reason, exc_type, exc_message, frames, inputs_pt, state_pt,
 search (dict or None), reference (dict), verdicts ([Verdict json]), rungs ({target: [RungOutcome
-json]}), timings (dict).
+json]}), timings (dict), coverage_new ({file: [new lines]}, only with coverage).
 """
 
 from __future__ import annotations
@@ -432,7 +433,22 @@ def _with_reset_run(prog: Program, ref: Reference, backend: Backend, retained: R
 
 # -- the entry point --------------------------------------------------------------------------------------------
 def run_case(payload: dict[str, Any]) -> dict[str, Any]:
-    """Everything the oracle does for one case inside a worker (see the module docstring)."""
+    """Everything the oracle does for one case inside a worker (see the module docstring).
+
+    With `"coverage": true` in the payload the case runs under the worker's coverage probe and the
+    result carries `coverage_new` ({file: [lines]} covered for the first time in this worker).
+    """
+    if not payload.get("coverage"):
+        return _run_case(payload)
+    from nnforge.oracle.coverage_probe import run_with_coverage
+
+    result, new_lines, collect_s = run_with_coverage(_run_case, payload)
+    result["coverage_new"] = new_lines
+    result["timings"]["coverage_collect_s"] = round(collect_s, 4)
+    return result
+
+
+def _run_case(payload: dict[str, Any]) -> dict[str, Any]:
     from nnforge.oracle.torch_backends import configure_torch
 
     configure_torch()

@@ -41,6 +41,8 @@ STRAIGHT_THROUGH = frozenset(
         "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "relu", "relu6", "hardtanh",
         "clamp", "clamp_min", "clamp_max", "threshold", "hardsigmoid", "hardswish", "heaviside",
         "nan_to_num", "floor_divide",
+        # No gradient by construction; a search through them still has to reach what they read.
+        "detach", "detach_copy",
     }
 )
 # Float -> integer casts: the integer result gets the float input as its shadow.
@@ -341,6 +343,25 @@ def _pow(args, kwargs, dtype):
 def _rpow(args, kwargs, dtype):
     # a.__rpow__(b) computes b ** a.
     return _pow_loss(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"), dtype)
+
+
+@safe_domain("lp_pool1d", "lp_pool2d", "lp_pool3d")
+def _lp_pool(args, kwargs, dtype):
+    # (sum x ** p) ** (1 / p): a fractional p makes negative inputs NaN.
+    x = _float(_arg(args, kwargs, 0, "input"))
+    p = _arg(args, kwargs, 1, "norm_type")
+    if x is None:
+        return None
+    if isinstance(p, (int, float)) and float(p).is_integer():
+        return magnitude_loss((x,), {}, dtype)
+    return _below(x, MARGIN)
+
+
+@safe_domain("batch_norm", "instance_norm")
+def _running_variance(args, kwargs, dtype):
+    # eval-mode normalisation divides by sqrt(running_var + eps).
+    var = _float(_arg(args, kwargs, 2, "running_var"))
+    return None if var is None else _below(var, MARGIN)
 
 
 def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:

@@ -199,13 +199,13 @@ class _Interceptor(TorchFunctionMode):
         target = args[0] if out is None and info.inplace and args else out
         key = (self.index, info.name)
         if _nonfinite_in(target):
-            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
+            loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
             self.culprit, self.culprit_key = info.name, key
-            self.loss = loss_for(info.name, loss_args, kwargs, _dtype_of(target))
+            self.loss = loss_for(info.name, loss_args, loss_kwargs, _dtype_of(target))
             raise _Stop
         if key in self.seen:
-            loss_args = (pre,) + tuple(args[1:]) if pre is not None else args
-            hinge = hinge_for(info.name, loss_args, kwargs, _dtype_of(target))
+            loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
+            hinge = hinge_for(info.name, loss_args, loss_kwargs, _dtype_of(target))
             if hinge is not None:
                 self.hinges.append(hinge)
         if info.inplace or not isinstance(out, torch.Tensor) or not torch.is_grad_enabled():
@@ -232,6 +232,17 @@ class _Interceptor(TorchFunctionMode):
                 if isinstance(diff, torch.Tensor) and diff.is_floating_point() and diff.shape == out.shape:
                     self.shadows[id(out)] = (out, diff)
         return out
+
+    def _loss_operands(self, pre, args, kwargs) -> tuple[tuple, dict]:
+        """The operands a loss sees: values before an in-place change, and the float shadows
+        of integer/boolean operands (which carry the gradient back to what made them)."""
+        if pre is not None:
+            args = (pre,) + tuple(args[1:])
+        if not self.shadows:
+            return tuple(args), kwargs
+        flat, spec = tree_flatten((tuple(args), kwargs))
+        flat = [s if (s := self._shadow_of(x)) is not None else x for x in flat]
+        return tree_unflatten(flat, spec)
 
     def _shadow_of(self, x: Any) -> torch.Tensor | None:
         if isinstance(x, torch.Tensor):
@@ -317,6 +328,12 @@ class _Slot:
     master: torch.Tensor
     is_param: bool
     flat_index: int = -1  # position among the flattened inputs; -1 for parameters
+    bounds: tuple[int, int] | None = None  # integer input: the range its values stay in
+
+    def shadow(self) -> torch.Tensor:
+        """An integer input's float stand-in: equal to its values, with the master's gradient
+        (straight through the rounding)."""
+        return self.master + (self.work.to(self.master.dtype) - self.master).detach()
 
 
 @dataclass
@@ -341,12 +358,14 @@ class ValueSearch:
         seed: int = 0,
         lr: float = 0.2,
         patience: int = 12,
+        max_descent: int = 40,
     ) -> None:
         self.budget_ms = budget_ms
         self.max_iters = max_iters
         self.seed = seed
         self.lr = lr
         self.patience = patience
+        self.max_descent = max_descent  # gradient steps from one start before resampling
 
     def run(self, model: torch.nn.Module, inputs: tuple) -> SearchResult:
         start = time.perf_counter()
@@ -367,7 +386,7 @@ class _Run:
         self.flat, self.spec = tree_flatten(inputs)
         self.values = list(self.flat)  # current input leaves; float ones are slot work tensors
         self.slots: list[_Slot] = []
-        self.int_inputs: list[tuple[int, int, int]] = []  # (flat index, low, high)
+        self.bool_inputs: list[int] = []  # flat indices of boolean tensors (resampled only)
         by_id: dict[int, int] = {}
         for i, x in enumerate(self.flat):
             if not isinstance(x, torch.Tensor):
@@ -383,9 +402,20 @@ class _Run:
                 work.requires_grad_(True)
                 self.slots.append(_Slot(work, _master(work), False, i))
                 self.values[i] = work
-            elif (x.dtype == torch.bool or not (x.is_floating_point() or x.is_complex())) and x.numel():
-                lo, hi = (0, 1) if x.dtype == torch.bool else (int(x.min()), int(x.max()))
-                self.int_inputs.append((i, lo, hi))
+            elif x.dtype == torch.bool and x.numel():
+                self.bool_inputs.append(i)
+            elif not (x.is_floating_point() or x.is_complex()) and x.numel() and _dense(x):
+                # Integers are optimised through a float master rounded into the original range;
+                # the program sees integers, the operators a straight-through float shadow.
+                if id(x) in by_id:
+                    self.values[i] = self.values[by_id[id(x)]]
+                    continue
+                by_id[id(x)] = i
+                work = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                work.copy_(x)
+                master = x.detach().to(torch.float32).requires_grad_(True)
+                self.slots.append(_Slot(work, master, False, i, bounds=_int_bounds(x)))
+                self.values[i] = work
         self.params: list[tuple[torch.nn.Parameter, torch.Tensor, bool, Any]] = []
         for p in model.parameters():
             if p.is_floating_point() and _dense(p):
@@ -393,8 +423,12 @@ class _Run:
                 p.requires_grad_(True)
                 p.grad = None
                 self.slots.append(_Slot(p, _master(p), True))
+        self.int_slots = {i: s for s in self.slots if s.bounds is not None
+                          for i, v in enumerate(self.values) if v is s.work}
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
-        self.adam = _Adam([s.master for s in self.slots], cfg.lr)
+        # An integer master moves about one unit a step: less never changes the rounded value.
+        self.adam = _Adam([s.master for s in self.slots], cfg.lr,
+                          fixed_lrs=[1.0 if s.bounds is not None else None for s in self.slots])
         self.samples = 0
         self.gradient_steps = 0
         self.replaced_nonfinite = False
@@ -411,6 +445,8 @@ class _Run:
         mode.searching = searching
         if searching:
             args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.values]
+            for i, slot in self.int_slots.items():
+                mode.shadows[id(args[i])] = (args[i], slot.shadow())
         else:
             args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in self.values]
         try:
@@ -449,11 +485,11 @@ class _Run:
             return False
         grads = []
         for s in self.slots:
-            g = s.work.grad
+            g = s.master.grad if s.bounds is not None else s.work.grad
             if g is None:
                 continue
             s.work.grad = None
-            g = g.to(s.master.dtype) if g.dtype != s.master.dtype else g
+            g = g.to(s.master.dtype) if g.dtype != s.master.dtype else g.clone()
             s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6)  # sqrt(0)'s infinite slope, say
             grads.append(g)
         if not grads or not any(bool(n) for n in torch._foreach_norm(grads)):
@@ -466,7 +502,11 @@ class _Run:
     def _sync(self) -> None:
         with torch.no_grad():
             for s in self.slots:
-                if s.master is not s.work:
+                if s.bounds is not None:
+                    lo, hi = s.bounds
+                    s.master.clamp_(lo - 0.49, hi + 0.49)
+                    s.work.copy_(s.master.round())
+                elif s.master is not s.work:
                     s.work.copy_(s.master)
                 s.master.grad = None
 
@@ -474,16 +514,22 @@ class _Run:
         """Fresh values from the next range; parameters only every other time, so that an
         input-driven culprit is first tried with the model's own weights."""
         lo, hi = SAMPLING_RANGES[self.samples % len(SAMPLING_RANGES)]
-        has_inputs = any(not s.is_param for s in self.slots) or bool(self.int_inputs)
+        has_inputs = any(not s.is_param for s in self.slots) or bool(self.bool_inputs)
         with torch.no_grad():
             for s in self.slots:
                 if s.is_param and has_inputs and self.samples % 2 == 0:
                     continue
-                fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(lo, hi, generator=self.gen)
+                if s.bounds is not None:
+                    ilo, ihi = _int_range(s.bounds, self.samples)
+                    fresh = torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen).to(s.master.dtype)
+                else:
+                    fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(lo, hi, generator=self.gen)
                 s.master.copy_(fresh)
-            for i, ilo, ihi in self.int_inputs:
+            for i in self.bool_inputs:
                 old = self.values[i]
-                fresh = torch.randint(ilo, ihi + 1, old.shape, generator=self.gen).to(old.dtype)
+                # Masks: half set, all set, none set, mostly set.
+                p_true = (0.5, 1.0, 0.0, 0.9)[self.samples % 4]
+                fresh = torch.rand(old.shape, generator=self.gen) < p_true
                 new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
                 new.copy_(fresh)
                 self.values[i] = new
@@ -521,15 +567,18 @@ class _Run:
         self._repair_nonfinite_start()
         iterations = 0
         use_grad = True
-        last_key, best, stall = None, math.inf, 0
+        last_key, best, stall, descent = None, math.inf, 0, 0
         # The budget starts after the first (checking) run: it pays one-off costs such as the
         # first call of an operator in this process, which are not the search's doing.
         deadline = time.perf_counter() + cfg.budget_ms / 1000.0
         while iterations < cfg.max_iters and time.perf_counter() < deadline:
             outcome = self._forward(searching=use_grad)
             if outcome.error is not None and use_grad:
-                use_grad = False  # the instrumented run breaks the program: sample only
-                continue
+                outcome = self._forward(searching=False)
+                if outcome.error is None:
+                    use_grad = False  # the instrumented run breaks the program: sample only
+                    continue
+                # else these values make the program raise (an integer division by zero...)
             if outcome.error is None and outcome.culprit is None:
                 check = outcome if not use_grad else self._forward(searching=False)
                 if check.error is None and check.culprit is None:
@@ -550,11 +599,13 @@ class _Run:
                     stall = 0
                 best = value if outcome.key != last_key else min(best, value)
                 last_key = outcome.key
-                if stall < cfg.patience:
+                if stall < cfg.patience and descent < cfg.max_descent:
                     stepped = self._gradient_step(outcome.loss)
-            if not stepped:
+            if stepped:
+                descent += 1
+            else:
                 self._sample()
-                stall, last_key, best = 0, None, math.inf
+                stall, last_key, best, descent = 0, None, math.inf, 0
             iterations += 1
         return self._finish(False, culprit, iterations, initially_finite=False)
 
@@ -607,12 +658,16 @@ class _Adam:
     Written out because torch.optim's first use imports torch._dynamo (seconds) and its
     per-step bookkeeping costs more than the step itself for a handful of small tensors."""
 
-    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
+                 fixed_lrs: list[float | None] | None = None) -> None:
         self.params = params
         self.b1, self.b2 = betas
         self.eps = eps
         self.lrs = []
-        for p in params:
+        for p, fixed in zip(params, fixed_lrs or [None] * len(params)):
+            if fixed is not None:
+                self.lrs.append(fixed)
+                continue
             scale = float(p.detach().abs().max()) if p.numel() else 1.0
             self.lrs.append(lr * min(max(1.0, scale if math.isfinite(scale) else 1.0), 100.0))
         self.reset()
@@ -650,6 +705,26 @@ class _Adam:
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, self.eps)
         torch._foreach_addcdiv_(ps, ms, denom, steps)
+
+
+def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
+    """The range an integer input's values may take: the range they span (an index stays a
+    valid index), widened when they are all (nearly) equal, as a lone scalar's are; never to
+    negative values if there were none."""
+    lo, hi = int(x.min()), int(x.max())
+    if hi - lo < 2:
+        info = torch.iinfo(x.dtype)
+        lo, hi = max(info.min, lo - 8 if lo < 0 else max(0, lo - 8)), min(info.max, hi + 8)
+    return lo, hi
+
+
+def _int_range(bounds: tuple[int, int], k: int) -> tuple[int, int]:
+    """The k-th sub-range tried when an integer input is resampled: all of it, its positive
+    part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, small positives."""
+    lo, hi = bounds
+    wanted = ((lo, hi), (1, hi), (-1, 1), (1, 1), (1, 3), (0, 1))[k % 6]
+    a, b = max(lo, wanted[0]), min(hi, wanted[1])
+    return (a, b) if a <= b else (lo, hi)
 
 
 def _dense(x: torch.Tensor) -> bool:

@@ -291,7 +291,10 @@ class ScalarPromoteSpec(UnarySpec):
         super().__init__(in_sigs, rng, uid)
         dt = in_sigs[0][0]
         self.choice_attr("op", [op for op, dts in self.ops.items() if dt in dts])
-        self.choice_attr("scalar", self.scalars)
+        scalars = self.scalars
+        if self.attrs["op"] in ("/", "remainder", "fmod"):  # x / 0.0 is Inf/NaN whatever x is
+            scalars = tuple(s for s in scalars if float(s) != 0.0)
+        self.choice_attr("scalar", scalars)
         self.choice_attr("reflected", (False, True) if self.attrs["op"] in ("+", "*", "-") else (False,))
 
     def materialize(self, ins, a, in_shapes) -> str:

@@ -466,7 +466,7 @@ class BinarySpec(ElementwiseSpec):
     scalar_dtypes: ClassVar[Sequence[str] | None] = None
     # dtypes for which the reflected form `s OP x` is allowed; None: all scalar-form dtypes
     reflected_dtypes: ClassVar[Sequence[str] | None] = None
-    nonzero_scalar: ClassVar[bool] = False  # the scalar is a divisor for integer dtypes
+    nonzero_scalar: ClassVar[bool] = False  # the scalar is a divisor (x OP s), so never 0
     onnx_scalar_dtypes: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
@@ -492,8 +492,10 @@ class BinarySpec(ElementwiseSpec):
                 if self.reflected_dtypes is None or dt in self.reflected_dtypes:
                     forms.append("rop")
             self.choice_attr("form", forms)
-            # an integer divisor must not be 0 (eager raises); float division by 0 is defined
-            self.choice_attr("scalar", scalar_pool(dt, nonzero=self.nonzero_scalar and not is_float(dt)))
+            # A divisor must not be 0: integers raise, and for floats x / 0.0, x % 0.0 are
+            # NaN/Inf for every x, which no value search can repair. In `s OP x` s is no divisor.
+            divisor = self.nonzero_scalar and not (is_float(dt) and self.attrs["form"] == "rop")
+            self.choice_attr("scalar", scalar_pool(dt, nonzero=divisor))
         else:
             self.choice_attr("form", ["fn"] + (["op"] if self.operator else []))
 
@@ -625,6 +627,7 @@ class Div(BinarySpec):
     out_rule = "float"
     onnx_dtypes = ONNX_ALL
     onnx_scalar_dtypes = ONNX_NUMERIC
+    nonzero_scalar = True  # x / 0.0 is Inf/NaN whatever x is
     vulnerable = True
 
     def __init__(self, in_sigs, rng, uid):

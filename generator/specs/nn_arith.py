@@ -32,22 +32,68 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     return a / b  # z3 ArithRef: integer division
 
 
+# Multiplying or dividing two unknowns is nonlinear arithmetic, where z3 can stall far past its
+# timeout. Strides, dilations, groups and factors are small, so a product with one of them is
+# written as a chain of Ifs over its possible values: linear, and fast to solve. Callers must
+# bound the small operand to [1, SMALL] in `requires`.
+SMALL = 16
+
+
+def _chain(v: Dim, f, lo: int = 1, hi: int = SMALL) -> Dim:
+    if isinstance(v, int):
+        return f(v)
+    out = f(hi)
+    for c in range(hi - 1, lo - 1, -1):
+        out = z3.If(v == c, f(c), out)
+    return out
+
+
+def mul_small(x: Dim, v: Dim) -> Dim:
+    """x * v for v in [1, SMALL]."""
+    return _chain(v, lambda c: x * c)
+
+
+def div_small(x: Dim, v: Dim) -> Dim:
+    """floor(x / v) for v in [1, SMALL]."""
+    return _chain(v, lambda c: floordiv(x, c))
+
+
+def divides_small(v: Dim, x: Dim) -> z3.BoolRef:
+    """v divides x, for v in [1, SMALL]."""
+    if isinstance(v, int) and isinstance(x, int):
+        return z3.BoolVal(x % v == 0)
+    return _chain(v, lambda c: x % c == 0)
+
+
+def named_dims(spec: OpSpec, exprs: Sequence[Dim]) -> tuple[list[z3.BoolRef], list[Dim]]:
+    """Output dims as fresh solver variables, with equalities binding them to `exprs`.
+
+    The generator multiplies output dims for its size cap; a product of plain variables keeps
+    z3 responsive where a product of long If-chains stalls it. Call from both `requires` (use
+    the equalities) and `type_transfer` (use the variables): the names are stable per node.
+    """
+    names = [z3.Int(f"{spec.uid}_out{i}") for i in range(len(exprs))]
+    cons = [n == e for n, e in zip(names, exprs) if not isinstance(e, int)]
+    return cons, [e if isinstance(e, int) else n for n, e in zip(names, exprs)]
+
+
 def window_out(size: Dim, k: Dim, s: Dim, p: Dim, d: Dim, ceil_mode: bool = False) -> Dim:
     """Output length of a sliding window (conv and pooling share it).
 
     floor((L + 2p - d(k-1) - 1) / s) + 1, or with ceil_mode the ceiling, minus one when the last
     window would start beyond the input and its left padding (PyTorch's pooling edge rule).
+    `s` and `d` must lie in [1, SMALL].
     """
-    span = size + 2 * p - d * (k - 1) - 1
+    span = size + 2 * p - mul_small(k - 1, d) - 1
     if not ceil_mode:
-        return floordiv(span, s) + 1
-    out = floordiv(span + s - 1, s) + 1
-    return z3.If((out - 1) * s >= size + p, out - 1, out)
+        return div_small(span, s) + 1
+    out = div_small(span + s - 1, s) + 1
+    return z3.If(mul_small(out - 1, s) >= size + p, out - 1, out)
 
 
 def transposed_out(size: Dim, k: Dim, s: Dim, p: Dim, d: Dim, op: Dim) -> Dim:
-    """Output length of a transposed convolution."""
-    return (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+    """Output length of a transposed convolution (`s`, `d` in [1, SMALL])."""
+    return mul_small(size - 1, s) - 2 * p + mul_small(k - 1, d) + op + 1
 
 
 def spatial_ints(spec: OpSpec, name: str, n: int, form: str) -> list[z3.ArithRef]:
@@ -83,11 +129,11 @@ def at_least(dims: Sequence[Dim], lo: int = 1) -> list[z3.BoolRef]:
     return [d >= lo for d in dims if not isinstance(d, int)]
 
 
-def product(dims: Sequence[Dim]) -> Dim:
-    out: Dim = 1
-    for d in dims:
-        out = out * d
-    return out
+def more_than_one_element(dims: Sequence[Dim]) -> z3.BoolRef:
+    """prod(dims) >= 2, written linearly: every dim non-empty and one of them at least 2."""
+    if not dims:
+        return z3.BoolVal(False)
+    return z3.And(*[d >= 1 for d in dims], z3.Or(*[d >= 2 for d in dims]))
 
 
 def fmt_float(v: float) -> str:

@@ -15,7 +15,8 @@ import z3
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import (
-    FLOATS, MAX_CHANNELS, MAX_DILATION, MAX_KERNEL, MAX_PADDING, MAX_STRIDE, at_least, bounded, spatial_arg,
+    FLOATS, MAX_CHANNELS, MAX_DILATION, MAX_KERNEL, MAX_PADDING, MAX_STRIDE, at_least, bounded, divides_small,
+    mul_small, named_dims, spatial_arg,
     spatial_ints, spatial_values, transposed_out, window_out,
 )
 
@@ -83,28 +84,31 @@ class Conv2d(_ConvBase):
         k = w.shape[2:]
         cout, cin_g = w.shape[0], w.shape[1]
         g = self.groups
-        cons = [g >= 1, g <= MAX_CHANNELS, cin_g * g == c, cout % g == 0, cout >= 1, cout <= MAX_CHANNELS, c <= MAX_CHANNELS]
+        cons = [g >= 1, g <= MAX_CHANNELS, mul_small(cin_g, g) == c, divides_small(g, cout), cout >= 1,
+                cout <= MAX_CHANNELS, c <= MAX_CHANNELS]
         cons += bounded(k, 1, MAX_KERNEL) + bounded(self.stride, 1, MAX_STRIDE) + bounded(self.dilation, 1, MAX_DILATION)
         cons += at_least(spatial)
         if self.padding is not None:
             cons += bounded(self.padding, 0, MAX_PADDING)
         if len(inputs) == 3:
             cons.append(inputs[2].shape[0] == cout)
-        if self.attrs["padding_mode"] != "same":
-            pads = self.padding or [0] * self.n
-            cons += [o >= 1 for o in self._out_spatial(spatial, k, pads)]
-        return cons
+        named, outs = named_dims(self, self._out_exprs(inputs))
+        return cons + named + [o >= 1 for o in outs]
 
     def _out_spatial(self, spatial, k, pads):
         return [window_out(spatial[i], k[i], self.stride[i], pads[i], self.dilation[i]) for i in range(self.n)]
 
+    def _out_exprs(self, inputs):
+        x, w = inputs[0], inputs[1]
+        _, _, spatial = self._split(x)
+        if self.attrs["padding_mode"] == "same":
+            return list(spatial)
+        return self._out_spatial(spatial, w.shape[2:], self.padding or [0] * self.n)
+
     def type_transfer(self, inputs):
         x, w = inputs[0], inputs[1]
-        batch, _, spatial = self._split(x)
-        if self.attrs["padding_mode"] == "same":
-            out = list(spatial)
-        else:
-            out = self._out_spatial(spatial, w.shape[2:], self.padding or [0] * self.n)
+        batch, _, _ = self._split(x)
+        out = named_dims(self, self._out_exprs(inputs))[1]
         return [AbsTensor(x.dtype, list(batch) + [w.shape[0]] + out)]
 
     def materialize(self, ins, a, in_shapes):
@@ -159,23 +163,23 @@ class ConvTranspose2d(_ConvBase):
         _, c, spatial = self._split(x)
         k = w.shape[2:]
         g = self.groups
-        cons = [g >= 1, g <= MAX_CHANNELS, w.shape[0] == c, c % g == 0, c >= 1, c <= MAX_CHANNELS,
-                w.shape[1] >= 1, w.shape[1] * g <= MAX_CHANNELS]
+        cons = [g >= 1, g <= MAX_CHANNELS, w.shape[0] == c, divides_small(g, c), c >= 1, c <= MAX_CHANNELS,
+                w.shape[1] >= 1, mul_small(w.shape[1], g) <= MAX_CHANNELS]
         cons += bounded(k, 1, MAX_KERNEL) + bounded(self.stride, 1, MAX_STRIDE) + bounded(self.dilation, 1, MAX_DILATION)
         # padding only trims the output here, and is what keeps a growing output under the size cap
         cons += bounded(self.padding, 0, 3 * MAX_PADDING) + at_least(spatial)
         cons += [z3.And(op >= 0, z3.Or(op < s, op < d))
                  for op, s, d in zip(self.output_padding, self.stride, self.dilation)]
         if len(inputs) == 3:
-            cons.append(inputs[2].shape[0] == w.shape[1] * g)
-        cons += [o >= 1 for o in self._out_spatial(spatial, k)]
-        return cons
+            cons.append(inputs[2].shape[0] == mul_small(w.shape[1], g))
+        named, outs = named_dims(self, [mul_small(w.shape[1], g)] + self._out_spatial(spatial, k))
+        return cons + named + [o >= 1 for o in outs]
 
     def type_transfer(self, inputs):
         x, w = inputs[0], inputs[1]
         batch, _, spatial = self._split(x)
-        out = self._out_spatial(spatial, w.shape[2:])
-        return [AbsTensor(x.dtype, list(batch) + [w.shape[1] * self.groups] + out)]
+        outs = named_dims(self, [mul_small(w.shape[1], self.groups)] + self._out_spatial(spatial, w.shape[2:]))[1]
+        return [AbsTensor(x.dtype, list(batch) + outs)]
 
     def materialize(self, ins, a, in_shapes):
         n = self.n

@@ -13,7 +13,7 @@ from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import (
     OpSpec, broadcast, broadcast_all, dim_in_range, norm_dim, pick, register_op, same_dtype_combos,
 )
-from nnforge.generator.specs.nn_arith import FLOATS, fmt_float
+from nnforge.generator.specs.nn_arith import SMALL, FLOATS, divides_small, fmt_float
 
 
 class _Softmax(OpSpec):
@@ -110,7 +110,7 @@ class ScaledDotProductAttention(OpSpec):
         cons = [q[-1] == k[-1], k[-2] == v[-2]]
         if self.attrs["enable_gqa"]:
             # heads (dim -3): q's a multiple of k's, k and v equal; the rest broadcasts
-            cons += [k[-3] == v[-3], k[-3] >= 1, q[-3] % k[-3] == 0]
+            cons += [k[-3] == v[-3], k[-3] >= 1, k[-3] <= SMALL, divides_small(k[-3], q[-3])]
             c2, batch = broadcast_all([q[:-3], k[:-3], v[:-3]])
             batch = batch + [q[-3]]
         else:

@@ -12,7 +12,9 @@ import random
 
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, dim_in_range, register_op, same_dtype_combos
-from nnforge.generator.specs.nn_arith import FLOATS, MAX_CHANNELS, at_least, bounded, fmt_float, product
+from nnforge.generator.specs.nn_arith import (
+    FLOATS, MAX_CHANNELS, at_least, bounded, divides_small, fmt_float, more_than_one_element,
+)
 
 EPS = (1e-5, 1e-3, 0.1, 1e-12)
 MOMENTUM = (0.1, 0.0, 0.5, 1.0)
@@ -56,7 +58,7 @@ class BatchNorm(OpSpec):
         cons = [c >= 1, c <= MAX_CHANNELS] + [p.shape[0] == c for p in inputs[1:]]
         if self.attrs["training"]:
             # batch statistics need more than one value per channel
-            cons.append(product([x.shape[0]] + x.shape[2:]) >= 2)
+            cons.append(more_than_one_element([x.shape[0]] + x.shape[2:]))
         return cons
 
     def type_transfer(self, inputs):
@@ -114,7 +116,7 @@ class InstanceNorm(OpSpec):
         c = x.shape[1]
         cons = [c >= 1, c <= MAX_CHANNELS] + [p.shape[0] == c for p in inputs[1:]]
         if self.attrs["use_input_stats"]:
-            cons.append(product(x.shape[2:]) >= 2)
+            cons.append(more_than_one_element(x.shape[2:]))
         return cons
 
     def type_transfer(self, inputs):
@@ -251,7 +253,7 @@ class GroupNorm(OpSpec):
     def requires(self, inputs):
         x = inputs[0]
         c, g = x.shape[1], self.groups
-        cons = [g >= 1, g <= MAX_CHANNELS, c >= 1, c % g == 0] + at_least(x.shape[:1])
+        cons = [g >= 1, g <= MAX_CHANNELS, c >= 1, divides_small(g, c)] + at_least(x.shape[:1])
         return cons + [p.shape[0] == c for p in inputs[1:]]
 
     def type_transfer(self, inputs):

@@ -15,7 +15,7 @@ from nnforge.core.dtypes import INT_DTYPES
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import (
-    FLOATS, MAX_DILATION, MAX_KERNEL, MAX_STRIDE, at_least, bounded, fmt_float, spatial_arg, spatial_ints, window_out,
+    FLOATS, MAX_DILATION, MAX_KERNEL, MAX_STRIDE, at_least, bounded, divides_small, named_dims, fmt_float, spatial_arg, spatial_ints, window_out,
 )
 
 
@@ -75,19 +75,24 @@ class _WindowPool(_PoolBase):
         self.dilation = spatial_ints(self, "dilation", n, form()) if self.has_dilation else [1] * n
         self.ceil_mode = self.bool_attr("ceil_mode")
 
-    def _out(self, spatial):
+    def _out_exprs(self, spatial):
         return [window_out(spatial[i], self.kernel[i], self.stride[i], self.padding[i], self.dilation[i], self.ceil_mode)
                 for i in range(self.n)]
+
+    def _out(self, spatial):
+        return named_dims(self, self._out_exprs(spatial))[1]
 
     def requires(self, inputs):
         x = inputs[0]
         _, spatial = self._split(x)
-        cons = self._lead_cons(x) + bounded(self.kernel, 1, MAX_KERNEL) + bounded(self.stride, 1, MAX_STRIDE)
+        cons = self._lead_cons(x) + bounded(self.kernel, 1, MAX_KERNEL)
+        if self.attrs["stride_form"] != "none":  # else the stride is the kernel
+            cons += bounded(self.stride, 1, MAX_STRIDE)
         cons += bounded(self.dilation, 1, MAX_DILATION)
         cons += bounded(self.padding, 0, MAX_KERNEL)
         cons += [2 * p <= k for p, k in zip(self.padding, self.kernel) if not isinstance(p, int)]
-        cons += [o >= 1 for o in self._out(spatial)]
-        return cons
+        named, outs = named_dims(self, self._out_exprs(spatial))
+        return cons + named + [o >= 1 for o in outs]
 
     def _window_args(self, a) -> str:
         n = self.n
@@ -256,7 +261,7 @@ class _AdaptivePool(_PoolBase):
         cons = self._lead_cons(x) + bounded([s for s in self.sizes if s is not None], 1, 16)
         if self.attrs["even"]:
             _, spatial = self._split(x)
-            cons += [d % s == 0 for d, s in zip(spatial, self.sizes) if s is not None]
+            cons += [divides_small(s, d) for d, s in zip(spatial, self.sizes) if s is not None]
         return cons
 
     def type_transfer(self, inputs):

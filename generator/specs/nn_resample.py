@@ -9,7 +9,7 @@ from __future__ import annotations
 from nnforge.core.dtypes import ALL_DTYPES
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, register_op, same_dtype_combos
-from nnforge.generator.specs.nn_arith import FLOATS, at_least, bounded, floordiv
+from nnforge.generator.specs.nn_arith import FLOATS, at_least, bounded, div_small, divides_small, floordiv, mul_small
 
 # scale factor -> (numerator, denominator), denominators powers of two so the float is exact
 SCALES = {0.5: (1, 2), 0.75: (3, 4), 1.0: (1, 1), 1.25: (5, 4), 1.5: (3, 2), 2.0: (2, 1), 2.5: (5, 2), 3.0: (3, 1)}
@@ -117,12 +117,13 @@ class PixelShuffle(OpSpec):
 
     def requires(self, inputs):
         x, r = inputs[0], self.r
-        return bounded([r], 1, 4) + [x.shape[-3] % (r * r) == 0]
+        return bounded([r], 1, 4) + [divides_small(mul_small(r, r), x.shape[-3])]
 
     def type_transfer(self, inputs):
         x, r = inputs[0], self.r
         s = x.shape
-        return [AbsTensor(x.dtype, list(s[:-3]) + [floordiv(s[-3], r * r), s[-2] * r, s[-1] * r])]
+        return [AbsTensor(x.dtype, list(s[:-3]) + [div_small(s[-3], mul_small(r, r)), mul_small(s[-2], r),
+                                                   mul_small(s[-1], r)])]
 
     def materialize(self, ins, a, in_shapes):
         return f"F.pixel_shuffle({ins[0]}, {a['factor']})"
@@ -139,12 +140,13 @@ class PixelUnshuffle(PixelShuffle):
 
     def requires(self, inputs):
         x, r = inputs[0], self.r
-        return bounded([r], 1, 4) + [x.shape[-2] % r == 0, x.shape[-1] % r == 0]
+        return bounded([r], 1, 4) + [divides_small(r, x.shape[-2]), divides_small(r, x.shape[-1])]
 
     def type_transfer(self, inputs):
         x, r = inputs[0], self.r
         s = x.shape
-        return [AbsTensor(x.dtype, list(s[:-3]) + [s[-3] * r * r, floordiv(s[-2], r), floordiv(s[-1], r)])]
+        return [AbsTensor(x.dtype, list(s[:-3]) + [mul_small(s[-3], mul_small(r, r)), div_small(s[-2], r),
+                                                   div_small(s[-1], r)])]
 
     def materialize(self, ins, a, in_shapes):
         return f"F.pixel_unshuffle({ins[0]}, {a['factor']})"

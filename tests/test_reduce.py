@@ -1,0 +1,138 @@
+"""Reduction through the real sandbox and real torch.compile, on the planted faults of oracle/faulty.py.
+
+The faults fire only when the captured ATen graph holds a chosen op, so the right answer is
+known: the reduced case must keep that op, show the same bug, and pass on a healthy backend.
+"""
+
+import pytest
+from typer.testing import CliRunner
+
+from nnforge.core.calls import CallStep
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom
+from nnforge.generator.engine import GeneratorConfig
+from nnforge.generator.seeds import generate_case
+from nnforge.oracle.oracle import Oracle
+from nnforge.oracle.sandbox import WorkerPool
+from nnforge.triage.canonical import op_names
+from nnforge.triage.interesting import same_bug
+from nnforge.triage.reducer import Reducer
+from nnforge.triage.signature import signature_of
+
+pytestmark = pytest.mark.slow
+
+OPS = ("add", "sin", "cos", "relu", "mul", "exp", "sub", "tanh", "sigmoid", "neg", "abs")
+
+TWO_FAULTS = """import torch
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.scale = 2.5
+
+    def forward(self, x, y):
+        a = self.lin(x)
+        b = torch.relu(a) * self.scale
+        c = torch.sin(b + y)
+        d = torch.cos(c).sum(dim=-1, keepdim=True)
+        e = torch.tanh(a) - 0.5
+        return (d, e)
+
+
+def make_inputs():
+    return (torch.randn(4, 8), torch.randn(4, 8))
+"""
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with WorkerPool(size=1, timeout_s=120, memory_mb=6000) as p:
+        yield p
+
+
+def _generated_with(op: str):
+    for seed in range(30):
+        case, _ = generate_case(GeneratorConfig(seed=seed, ops=OPS, n_nodes=10))
+        if op in case.meta["ops"]:
+            return case
+    raise AssertionError(f"no generated program with {op}")
+
+
+def _check(pool, case, target):
+    result = Oracle(pool, [target]).check(case)
+    return result.verdicts[0], result.case
+
+
+@pytest.fixture(scope="module")
+def crash_reduction(pool):
+    case = _generated_with("sin")
+    verdict, case = _check(pool, case, "faulty_crash:sin")
+    assert verdict.symptom is Symptom.CRASH and "aten.sin" in verdict.exc_message
+    return case, verdict, Reducer(pool, "faulty_crash:sin", max_queries=60).reduce(case, verdict)
+
+
+def test_graph_reduction_keeps_the_crash_and_shrinks_to_the_faulty_op(crash_reduction):
+    case, verdict, res = crash_reduction
+    assert res.before["ops"] >= 8 and res.after["ops"] <= 2, res.steps
+    assert "sin" in op_names(res.case)
+    assert res.verified and same_bug(verdict, res.verdict)
+    assert signature_of(res.verdict, res.case).digest == signature_of(verdict, case).digest
+    assert res.case.inputs is not None and res.queries <= 60
+    assert any(s.startswith("graph:") for s in res.steps)
+
+
+def test_reduced_case_shows_the_bug_in_a_fresh_pool_and_passes_on_a_healthy_backend(crash_reduction, tmp_path):
+    _, verdict, res = crash_reduction
+    res.case.save(tmp_path / "reduced")
+    loaded = TestCase.load(tmp_path / "reduced")
+    with WorkerPool(size=1, timeout_s=120) as fresh:
+        result = Oracle(fresh, ["faulty_crash:sin", "eager"]).check(loaded)
+    faulty, eager = result.verdicts
+    assert same_bug(verdict, faulty)
+    assert eager.symptom is Symptom.PASS
+
+
+def test_reduction_does_not_slide_onto_another_planted_fault(pool):
+    target = "faulty_crash:sin|cos"  # two planted bugs: sin is named when present, else cos
+    verdict, case = _check(pool, TestCase(program=TWO_FAULTS), target)
+    assert "aten.sin" in verdict.exc_message
+    res = Reducer(pool, target, max_queries=60).reduce(case, verdict)
+    assert res.verified and "aten.sin" in res.verdict.exc_message
+    assert "sin" in op_names(res.case) and res.after["ops"] <= 2, res.case.program
+    # the other bug is reachable from this program, and it is a different signature
+    cos_only, cos_case = _check(pool, TestCase(program=TWO_FAULTS.replace("torch.sin(b + y)", "b + y")), target)
+    assert "aten.cos" in cos_only.exc_message and not same_bug(verdict, cos_only)
+    assert signature_of(cos_only, cos_case).digest != signature_of(res.verdict, res.case).digest
+
+
+def test_perturbation_reduces_to_a_program_around_one_add(pool):
+    case = _generated_with("add")
+    verdict, case = _check(pool, case, "faulty_perturb:add")
+    assert verdict.symptom is Symptom.MISMATCH
+    res = Reducer(pool, "faulty_perturb:add", max_queries=60).reduce(case, verdict)
+    assert res.verified and res.verdict.symptom is Symptom.MISMATCH
+    ops = op_names(res.case)
+    assert "add" in ops and len(ops) <= 3, res.case.program
+
+
+def test_sequence_shortening_keeps_one_call_when_only_the_fault_matters(pool):
+    case = TestCase(program=TWO_FAULTS, calls=(CallStep(grad_enabled=False),) * 3)
+    verdict, case = _check(pool, case, "faulty_crash:sin")
+    res = Reducer(pool, "faulty_crash:sin", passes=("calls",)).reduce(case, verdict)
+    assert res.before["calls"] == 3 and res.after["calls"] == 1 and res.verified
+
+
+def test_reduce_command_writes_a_reduced_case_folder(tmp_path):
+    from nnforge.agent.cli import _register_commands, app
+
+    _register_commands()
+    src = tmp_path / "case"
+    TestCase(program=TWO_FAULTS).save(src)
+    out = tmp_path / "small"
+    r = CliRunner().invoke(app, ["reduce", str(src), "--target", "faulty_crash:sin", "-o", str(out), "--budget-s", "60"])
+    assert r.exit_code == 0, r.output
+    assert "→" in r.output and "queries" in r.output
+    reduced = TestCase.load(out)
+    assert (out / "verdict.json").is_file() and "sin" in op_names(reduced) and reduced.inputs is not None

@@ -1,0 +1,267 @@
+"""Triage end to end: findings recorded in the store, clustered by signature, written up as a
+standalone repro.py and a report.md, with real sandboxed workers, real torch.compile and the
+test-only planted faults of oracle/faulty.py (whose answer is known)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nnforge.agent.cli import _register_commands, app
+from nnforge.agent.cmd_triage import import_cases, triage_findings
+from nnforge.agent.store import Store
+from nnforge.core.settings import load_settings
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom
+from nnforge.generator.engine import GeneratorConfig
+from nnforge.generator.seeds import INFERENCE_CALL, generate_case
+from nnforge.oracle.oracle import Oracle
+from nnforge.oracle.sandbox import WorkerPool
+from nnforge.triage.cluster import choose_cluster, pairwise_precision_recall
+from nnforge.triage.report import accept_rewrite, draft_report, rewrite_prose
+from nnforge.triage.repro import write_repro
+from nnforge.triage.signature import signature_of
+
+# Program A has the ops of all three planted faults (aten.sin, aten.add, aten.relu);
+# program B has sin and relu but no add, so `faulty_perturb:add` passes on it.
+PROGRAM_A = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x, y):
+        return (x.sin() + y * self.w, x.relu())
+
+def make_inputs():
+    return (torch.randn(2, 3), torch.randn(2, 3))
+'''
+
+PROGRAM_B = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        h = torch.relu(x.cos() * 3.0)
+        return torch.sin(h).tanh()
+
+def make_inputs():
+    return (torch.randn(4, 5),)
+'''
+
+THREE_FAULTS = "faulty_crash:sin,faulty_perturb:add,faulty_segv:relu"
+_register_commands()
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return load_settings(worker_timeout_s=60.0, value_search_budget_ms=100.0, llm_provider="none",
+                         inductor_cache_dir=os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
+@pytest.fixture(scope="module")
+def pool(settings):
+    with WorkerPool(size=1, timeout_s=settings.worker_timeout_s,
+                    inductor_cache_dir=settings.inductor_cache_dir) as p:
+        yield p
+
+
+def _cases_with_op(op: str, count: int) -> list[TestCase]:
+    """`count` different generator programs whose graph contains `op`."""
+    ops = (op, "add", "mul", "relu", "neg", "abs", "tanh", "exp", "sub")
+    out: dict[str, TestCase] = {}
+    seed = 0
+    while len(out) < count:
+        case, _ = generate_case(GeneratorConfig(n_nodes=5, seed=seed, ops=ops, dtypes=("float32",)))
+        seed += 1
+        if op in case.meta["ops"]:
+            out.setdefault(case.case_id, case)
+    return list(out.values())
+
+
+def _run_repro(path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(path)], cwd=path.parent, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+# -- the store ---------------------------------------------------------------------------------------------
+def test_store_keeps_tests_findings_and_clusters_across_a_reopen(tmp_path):
+    from nnforge.core.verdict import Verdict
+
+    crash = Verdict(target="inductor", symptom=Symptom.CRASH, rung="inductor", exc_type="RuntimeError",
+                    exc_message="no lowering for aten.sin")
+    with Store(tmp_path) as store:
+        store.add_test("case1", crash, folder=tmp_path / "c1", origin="generator")
+        fid = store.add_finding("case1", crash, case_folder=tmp_path / "c1")
+        assert store.add_finding("case1", crash) == fid  # one case and target is one finding
+        with pytest.raises(ValueError):
+            store.add_finding("case2", Verdict(target="inductor", symptom=Symptom.PASS))
+    assert (tmp_path / "store.sqlite").is_file()
+    with Store(tmp_path) as store:  # reopened: nothing lost
+        assert store.tests_count() == 1
+        assert [f.finding_id for f in store.new_findings()] == [fid]
+        assert store.new_findings()[0].verdict == crash
+        sig = signature_of(crash, TestCase(program=PROGRAM_A))
+        store.assign_cluster(fid, sig.digest, sig, title="t")
+        store.assign_cluster(fid, sig.digest, sig, title="t")  # re-assigning does not count twice
+    with Store(tmp_path / "store.sqlite") as store:
+        assert store.new_findings() == []
+        [cluster] = store.clusters()
+        assert (cluster.cluster_id, cluster.count, cluster.signature, cluster.representative) == (sig.digest, 1, sig, fid)
+        assert store.cluster(sig.digest[:5]) == cluster  # a unique prefix finds it
+        assert store.get_meta("schema_version") == "1"
+
+
+def test_clustering_joins_equal_digests_and_near_identical_wrong_outputs_only():
+    from nnforge.core.signature import Signature
+
+    a = Signature("mismatch", "inductor", "inductor", "k1", ops=("sin", "add", "mul", "relu", "exp", "tanh", "neg"))
+    b = Signature("mismatch", "inductor", "inductor", "k2", ops=("sin", "add", "mul", "relu", "exp", "tanh", "abs"))
+    c = Signature("crash", "inductor", "inductor", "k3", ops=a.ops)
+    d = Signature("crash", "inductor", "inductor", "k4", ops=a.ops)
+    from nnforge.triage.cluster import ClusterRecord
+
+    records = [ClusterRecord(a.digest, a, 1), ClusterRecord(c.digest, c, 1)]
+    assert choose_cluster(a, records).how == "digest"
+    joined = choose_cluster(b, records)  # one op of seven differs: similarity 6/7 ≥ 0.85
+    assert (joined.cluster_id, joined.how) == (a.digest, "similar")
+    assert choose_cluster(b, records, threshold=None).is_new  # tie-breaker off
+    assert choose_cluster(d, records).is_new  # crashes never join by similarity
+    assert pairwise_precision_recall({1: "x", 2: "x", 3: "y"}, {1: "p", 2: "p", 3: "p"}) == (1 / 3, 1.0)
+
+
+# -- kill safety ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_finding_whose_reduction_fails_stays_new_with_the_error(tmp_path, pool, settings):
+    """Findings are written first: when reduction raises (here: the recorded bug no longer
+    reproduces on the case), the finding is still in the store, `new`, with the reason."""
+    from nnforge.core.verdict import Verdict
+
+    folder = TestCase(program=PROGRAM_B.replace("torch.sin(h)", "torch.exp(h)")).save(tmp_path / "case")
+    stale = Verdict(target="faulty_crash:sin", symptom=Symptom.CRASH, rung="faulty_crash", exc_type="RuntimeError")
+    with Store(tmp_path / "camp") as store:
+        fid = store.add_finding("stale", stale, case_folder=folder)
+        [outcome] = triage_findings(store, pool, tmp_path / "camp", settings=settings, reduce=True, budget_s=20)
+        assert outcome.error and "does not show the bug" in outcome.error
+    with Store(tmp_path / "camp") as store:
+        [f] = store.new_findings()
+        assert f.finding_id == fid and f.status == "new" and "does not show the bug" in f.error
+        assert store.clusters() == []
+
+
+# -- clustering ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_twenty_different_cases_hitting_one_planted_crash_end_in_one_cluster(tmp_path, pool, settings):
+    cases = _cases_with_op("sin", 20)
+    assert len({c.program for c in cases}) == 20
+    for i, case in enumerate(cases):
+        case.save(tmp_path / "inbox" / f"c{i:02d}")
+    camp = tmp_path / "camp"
+    with Store(camp) as store:
+        ids = import_cases(store, pool, tmp_path / "inbox", camp, ["faulty_crash:sin"], settings)
+        assert len(ids) == 20  # every case holds aten.sin, so every case crashes
+        outcomes = triage_findings(store, pool, camp, settings=settings, reduce=False)  # crash keys need no reduction
+        assert not [o.error for o in outcomes if o.error]
+        [cluster] = store.clusters()
+        assert cluster.count == 20 and cluster.signature.symptom == "crash"
+        assert sum(o.is_new_cluster for o in outcomes) == 1
+    folder = camp / "findings" / cluster.cluster_id
+    assert {p.name for p in folder.iterdir()} >= {"case", "repro.py", "report.md", "gh_command.sh", "cluster.json"}
+    assert len(json.loads((folder / "cluster.json").read_text())["findings"]) == 20
+
+
+@pytest.mark.slow
+def test_three_planted_faults_end_in_three_clusters_through_the_cli(tmp_path):
+    inbox = tmp_path / "inbox"
+    # inference calls, as the generator makes them: with grad on, AOTAutograd takes its training
+    # path for A (it has a parameter) and its inference path for B, and the planted abort's
+    # frames differ by that path
+    TestCase(program=PROGRAM_A, calls=INFERENCE_CALL).save(inbox / "a")
+    TestCase(program=PROGRAM_B, calls=INFERENCE_CALL).save(inbox / "b")
+    camp = tmp_path / "camp"
+    env = {"NNFORGE_VALUE_SEARCH_BUDGET_MS": "100", "NNFORGE_LLM_PROVIDER": "none",
+           "NNFORGE_INDUCTOR_CACHE_DIR": os.environ["TORCHINDUCTOR_CACHE_DIR"]}
+    result = CliRunner().invoke(app, ["triage", str(camp), "--import", str(inbox), "--target", THREE_FAULTS,
+                                      "--no-reduce", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert len(out["outcomes"]) == 5  # A: all three faults; B: crash and segv (it has no add)
+    assert len(out["clusters"]) == 3, out["clusters"]
+    counts = sorted(c["count"] for c in out["clusters"])
+    assert counts == [1, 2, 2]
+    with Store(camp) as store:
+        symptoms = sorted(c.signature.symptom for c in store.clusters())
+        assert symptoms == ["crash", "mismatch", "segfault"]
+        truth = {f.finding_id: f.target for f in store.findings()}
+        predicted = {f.finding_id: f.signature_digest for f in store.findings()}
+        assert pairwise_precision_recall(truth, predicted) == (1.0, 1.0)
+        perturbed = next(c for c in store.clusters() if c.signature.symptom == "mismatch")
+
+    # `nnforge report` regenerates and prints that cluster's draft
+    rep = CliRunner().invoke(app, ["report", perturbed.cluster_id[:6], "--campaign", str(camp), "--no-llm"], env=env)
+    assert rep.exit_code == 0, rep.output
+    assert perturbed.title in rep.stdout and "module: correctness (silent)" in rep.stdout
+    missing = CliRunner().invoke(app, ["report", "nosuchcluster", "--campaign", str(camp)], env=env)
+    assert missing.exit_code == 2
+
+
+# -- repro and report ----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_reduced_repro_fails_in_a_fresh_process_with_the_fault_and_passes_on_healthy_backends(tmp_path, pool, settings):
+    from nnforge.triage.reducer import Reducer
+
+    checked = Oracle(pool, ["faulty_crash:sin", "faulty_perturb:add"], 100.0).check(TestCase(program=PROGRAM_A))
+    crash, perturb = checked.verdicts
+    assert crash.symptom is Symptom.CRASH and perturb.symptom is Symptom.MISMATCH
+    reduced = Reducer(pool, "faulty_crash:sin", max_queries=30, time_budget_s=25).reduce(checked.case, crash)
+    assert reduced.verified and reduced.after["ops"] < reduced.before["ops"]
+
+    scripts = {
+        "crash_faulty": write_repro(reduced.case, reduced.verdict),
+        "crash_on_eager": write_repro(reduced.case, reduced.verdict, target="eager"),  # healthy Dynamo
+        "crash_on_inductor": write_repro(reduced.case, reduced.verdict, target="inductor"),  # a real target
+        "perturb_faulty": write_repro(checked.case, perturb),
+    }
+    assert "from nnforge" not in scripts["crash_on_inductor"] and "import nnforge" not in scripts["crash_on_inductor"]
+    assert "from nnforge" in scripts["crash_faulty"]  # a planted fault needs nnforge, and says so
+    procs = {}
+    for name, text in scripts.items():
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "repro.py"
+        path.write_text(text)
+        procs[name] = _run_repro(path)
+    outs = {name: (p.wait(timeout=240), p.stdout.read()) for name, p in procs.items()}
+    assert outs["crash_faulty"][0] == 1, outs["crash_faulty"][1]
+    assert "RuntimeError: faulty_crash: no lowering for aten.sin" in outs["crash_faulty"][1]
+    assert "torch " + __import__("torch").__version__ in outs["crash_faulty"][1]  # prints versions
+    assert outs["crash_on_eager"][0] == 0, outs["crash_on_eager"][1]
+    assert outs["crash_on_inductor"][0] == 0, outs["crash_on_inductor"][1]
+    assert outs["perturb_faulty"][0] == 1, outs["perturb_faulty"][1]
+    assert "max abs err" in outs["perturb_faulty"][1] and "RMSE vs float64" in outs["perturb_faulty"][1]
+
+    # the report of the wrong-output finding: title, repro, numbers, rung, versions, labels
+    draft = draft_report(checked.case, perturb, repro=scripts["perturb_faulty"], cluster_id="abc", count=3)
+    body = draft.body
+    assert body.startswith(f"# {draft.title}") and "wrong result" in draft.title
+    assert scripts["perturb_faulty"].rstrip() in body
+    assert f"{perturb.max_abs_err:.6g}" in body and f"{perturb.fp64_rmse_actual:.6g}" in body
+    assert "**`faulty_perturb` mismatch**" in body and "`dynamo` pass" in body
+    assert f"torch {perturb.versions['torch']}" in body
+    assert {"oncall: pt2", "topic: fuzzer", "module: correctness (silent)"} <= set(draft.labels)
+    assert "cluster `abc`, 3 findings" in body
+
+    # an LLM rewrite is accepted only if it keeps every code block, number and version
+    prose = body.replace("Compiling this model", "When this model is compiled")
+    assert accept_rewrite(body, prose)
+    assert not accept_rewrite(body, body.replace(f"{perturb.max_abs_err:.6g}", "0.01"))
+    assert not accept_rewrite(body, body.replace(scripts["perturb_faulty"].rstrip(), "print('hi')"))
+    assert rewrite_prose(draft, load_settings(llm_provider="none")) == draft  # no LLM: the template stands

@@ -1,0 +1,410 @@
+"""Program-level reduction on the syntax tree: for any program, not only generated ones.
+
+Each pass lists the parts it may remove or simplify and builds a candidate TestCase from a
+choice of them; the reducer tests candidates in the sandbox. Candidates keep concrete values:
+
+- statements of `forward`: a removed statement whose names are still read later is *cut*: the
+  names become new inputs of forward carrying the values recorded for them in a worker (as for
+  graph cuts); names read only by the return drop out of the returned tuple;
+- returned values (at least one stays);
+- expressions: a call or operator replaced by one of its operands;
+- keyword arguments;
+- literal values, made 0 or 1.
+
+Every candidate is tidied the same way before it is tested: forward parameters nothing reads
+are dropped together with their `make_inputs()` entry, their value and the call steps' changes
+to them; `__init__` attributes forward never reads are dropped with their state_dict entries.
+A candidate that reads a name it never defines is rejected here, without a query.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+from nnforge.core.calls import CallStep
+from nnforge.core.testcase import TestCase
+
+
+class NotAProgram(ValueError):
+    """The program lacks `class Model` with `forward` or `def make_inputs()`."""
+
+
+@dataclass
+class Edit:
+    """A program's tree and the values that go with it, being edited into a candidate."""
+
+    tree: ast.Module
+    inputs: list[Any]
+    state: dict[str, Any]
+    calls: tuple[CallStep, ...]
+
+    @classmethod
+    def of(cls, case: TestCase) -> "Edit":
+        try:
+            tree = ast.parse(case.program)
+        except SyntaxError as e:
+            raise NotAProgram(f"the program does not parse: {e}") from e
+        edit = cls(tree, list(case.inputs or ()), dict(case.state_dict or {}), tuple(case.calls))
+        edit.model, edit.forward, edit.maker  # noqa: B018 - fail early on a non-program
+        return edit
+
+    # -- handles ------------------------------------------------------------------------------
+    @property
+    def model(self) -> ast.ClassDef:
+        for n in self.tree.body:
+            if isinstance(n, ast.ClassDef) and n.name == "Model":
+                return n
+        raise NotAProgram("no class Model")
+
+    def method(self, name: str) -> ast.FunctionDef | None:
+        return next((f for f in self.model.body if isinstance(f, ast.FunctionDef) and f.name == name), None)
+
+    @property
+    def forward(self) -> ast.FunctionDef:
+        f = self.method("forward")
+        if f is None:
+            raise NotAProgram("class Model has no forward")
+        return f
+
+    @property
+    def maker(self) -> ast.FunctionDef:
+        for n in self.tree.body:
+            if isinstance(n, ast.FunctionDef) and n.name == "make_inputs":
+                return n
+        raise NotAProgram("no make_inputs()")
+
+    def maker_tuple(self) -> ast.Tuple | None:
+        rets = [s for s in ast.walk(self.maker) if isinstance(s, ast.Return)]
+        if len(rets) == 1 and isinstance(rets[0].value, ast.Tuple):
+            return rets[0].value
+        return None
+
+    def params(self) -> list[str]:
+        return [a.arg for a in self.forward.args.args[1:]]
+
+    def return_tuple(self) -> ast.Tuple | None:
+        body = self.forward.body
+        if body and isinstance(body[-1], ast.Return) and isinstance(body[-1].value, ast.Tuple):
+            return body[-1].value
+        return None
+
+    def copy(self) -> "Edit":
+        return Edit(copy.deepcopy(self.tree), list(self.inputs), dict(self.state), self.calls)
+
+    # -- finishing a candidate ------------------------------------------------------------------
+    def tidy(self) -> None:
+        self._inline_aliases()
+        self._drop_unused_params()
+        self._drop_unused_attrs()
+
+    def _inline_aliases(self) -> None:
+        """`d = c` (both plain names, `d` assigned once): read `c` where `d` was read, drop the line."""
+        body = self.forward.body
+        stores: dict[str, int] = {}
+        for s in body:
+            for name in _stores([s]):
+                stores[name] = stores.get(name, 0) + 1
+        params = set(self.params())
+        for stmt in list(body):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Name)):
+                continue
+            alias, source = stmt.targets[0].id, stmt.value.id
+            if stores.get(alias, 0) != 1 or stores.get(source, 0) > (0 if source in params else 1) or alias in params:
+                continue
+            if source not in params and source not in _stores(body[:body.index(stmt)]):
+                continue
+            for s in body[body.index(stmt) + 1:]:
+                for n in ast.walk(s):
+                    if isinstance(n, ast.Name) and n.id == alias and isinstance(n.ctx, ast.Load):
+                        n.id = source
+            body.remove(stmt)
+
+    def _drop_unused_params(self) -> None:
+        fwd = self.forward
+        if fwd.args.vararg or fwd.args.kwarg:
+            return
+        read = _loads(fwd.body)
+        maker = self.maker_tuple()
+        params = self.params()
+        if maker is None or len(maker.elts) != len(params) or len(self.inputs) != len(params):
+            return
+        for i in reversed(range(len(params))):
+            if params[i] in read:
+                continue
+            del fwd.args.args[i + 1]
+            del maker.elts[i]
+            del self.inputs[i]
+            self.calls = tuple(_drop_input(step, i) for step in self.calls)
+        if fwd.args.defaults:
+            fwd.args.defaults = fwd.args.defaults[-len(fwd.args.args[1:]):] if fwd.args.args[1:] else []
+
+    def _drop_unused_attrs(self) -> None:
+        init = self.method("__init__")
+        if init is None:
+            return
+        used = {n.attr for m in self.model.body if isinstance(m, ast.FunctionDef) and m.name != "__init__"
+                for n in ast.walk(m) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        kept = []
+        for stmt in init.body:
+            attrs = _self_targets(stmt)
+            if attrs and not (set(attrs) & used) and not _reads_self_attr(init.body, attrs, stmt):
+                for a in attrs:
+                    self.state = {k: v for k, v in self.state.items() if k != a and not k.startswith(a + ".")}
+                continue
+            kept.append(stmt)
+        init.body = kept or [ast.Pass()]
+
+    def undefined(self) -> set[str]:
+        """Names forward reads before (or without) defining them: such a candidate cannot run."""
+        known = set(dir(builtins)) | _module_names(self.tree) | {"self"} | set(self.params())
+        missing: set[str] = set()
+        for stmt in self.forward.body:
+            missing |= _loads([stmt]) - known
+            known |= _stores([stmt])
+        return missing
+
+    def to_case(self, base: TestCase) -> TestCase:
+        ast.fix_missing_locations(self.tree)
+        program = ast.unparse(self.tree) + "\n"
+        keep_graph = base.graph if program == base.program else None
+        return base.with_(program=program, inputs=tuple(self.inputs), state_dict=dict(self.state), calls=self.calls,
+                          graph=keep_graph)
+
+
+# -- passes -------------------------------------------------------------------------------------------
+def statement_items(case: TestCase) -> list[int]:
+    """Indices of forward's body statements a pass may remove (not the final return)."""
+    edit = Edit.of(case)
+    body = edit.forward.body
+    last = len(body) - 1 if body and isinstance(body[-1], ast.Return) else len(body)
+    return [i for i in range(last) if not isinstance(body[i], (ast.Global, ast.Nonlocal))]
+
+
+def without_statements(case: TestCase, keep: list[int], removable: list[int], recorded: dict[str, Any],
+                       recorded_shapes: dict[str, tuple[str, list[int]]]) -> TestCase | None:
+    """`case` with the removable statements not in `keep` removed (cut names become inputs)."""
+    edit = Edit.of(case)
+    body = edit.forward.body
+    drop = set(removable) - set(keep)
+    removed_defs = set().union(*[_stores([body[i]]) for i in drop]) if drop else set()
+    edit.forward.body = [s for i, s in enumerate(body) if i not in drop]
+    ret = edit.return_tuple()
+    if ret is not None:  # names only the return reads leave the outputs
+        later = _loads(edit.forward.body[:-1])
+        ret.elts = [e for e in ret.elts if not (_loads_expr(e) & removed_defs - later)]
+        if not ret.elts:
+            return None
+    missing = edit.undefined() & removed_defs
+    if missing:
+        maker = edit.maker_tuple()
+        if maker is None or len(maker.elts) != len(edit.params()) or len(edit.inputs) != len(edit.params()):
+            return None
+        from nnforge.generator.ir import Value
+        from nnforge.generator.materialize import random_tensor_expr
+
+        for name in sorted(missing, key=lambda n: _first_read(edit.forward.body, n)):
+            if name not in recorded:
+                return None
+            dtype, shape = recorded_shapes[name]
+            edit.forward.args.args.append(ast.arg(arg=name))
+            maker.elts.append(ast.parse(random_tensor_expr(Value(0, dtype, list(shape))), mode="eval").body)
+            edit.inputs.append(recorded[name])
+    if edit.undefined():
+        return None
+    edit.tidy()
+    return edit.to_case(case)
+
+
+def output_count(case: TestCase) -> int:
+    ret = Edit.of(case).return_tuple()
+    return 0 if ret is None else len(ret.elts)
+
+
+def with_outputs(case: TestCase, keep: list[int]) -> TestCase | None:
+    edit = Edit.of(case)
+    ret = edit.return_tuple()
+    if ret is None or not keep:
+        return None
+    ret.elts = [e for i, e in enumerate(ret.elts) if i in keep]
+    edit.tidy()
+    return edit.to_case(case)
+
+
+def expression_candidates(case: TestCase) -> Iterator[TestCase]:
+    """Each call or operator in forward (outermost first) replaced by each of its tensor operands."""
+    base = Edit.of(case)
+    count = sum(1 for _ in _reducible(base))
+    for k in range(count):
+        probe = base.copy()
+        node = list(_reducible(probe))[k]
+        for j in range(len(_operands(node))):
+            edit = base.copy()
+            target = list(_reducible(edit))[k]
+            replacement = _operands(target)[j]
+            _replace(edit.forward, target, replacement)
+            if edit.undefined():
+                continue
+            edit.tidy()
+            yield edit.to_case(case)
+
+
+def keyword_items(case: TestCase) -> list[tuple[int, str]]:
+    edit = Edit.of(case)
+    return [(k, kw.arg) for k, call in enumerate(_calls(edit)) for kw in call.keywords if kw.arg is not None]
+
+
+def with_keywords(case: TestCase, keep: list[tuple[int, str]], all_items: list[tuple[int, str]]) -> TestCase | None:
+    edit = Edit.of(case)
+    drop = set(all_items) - set(keep)
+    for k, call in enumerate(_calls(edit)):
+        call.keywords = [kw for kw in call.keywords if (k, kw.arg) not in drop]
+    edit.tidy()
+    return edit.to_case(case)
+
+
+def literal_candidates(case: TestCase) -> Iterator[TestCase]:
+    """Each number in forward made simpler: floats to 0.0 or 1.0, integers beyond +-1 to 1."""
+    base = Edit.of(case)
+    count = len(_literals(base))
+    for k in range(count):
+        node = _literals(base)[k]
+        for simpler in _simpler(node.value):
+            edit = base.copy()
+            _literals(edit)[k].value = simpler
+            edit.tidy()
+            yield edit.to_case(case)
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def _drop_input(step: CallStep, index: int) -> CallStep:
+    changes = tuple(c if c.index < index else replace(c, index=c.index - 1) for c in step.inputs if c.index != index)
+    return step if changes == step.inputs else replace(step, inputs=changes)
+
+
+def _loads(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _loads_expr(e: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(e) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _stores(stmts: list[ast.stmt]) -> set[str]:
+    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _first_read(body: list[ast.stmt], name: str) -> int:
+    for i, s in enumerate(body):
+        if name in _loads([s]):
+            return i
+    return len(body)
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    out: set[str] = set()
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            out.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name.split(".")[0]) for a in n.names}
+        elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            out |= _stores([n])
+    return out
+
+
+def _self_targets(stmt: ast.stmt) -> list[str]:
+    if not isinstance(stmt, ast.Assign):
+        return []
+    out = []
+    for t in stmt.targets:
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            out.append(t.attr)
+        else:
+            return []
+    return out
+
+
+def _reads_self_attr(body: list[ast.stmt], attrs: list[str], defining: ast.stmt) -> bool:
+    """Does another __init__ statement read one of `attrs` (so the definition must stay)?"""
+    for s in body:
+        if s is defining:
+            continue
+        for n in ast.walk(s):
+            if (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and n.attr in attrs
+                    and isinstance(n.value, ast.Name) and n.value.id == "self"):
+                return True
+    return False
+
+
+def _reducible(edit: Edit) -> Iterator[ast.expr]:
+    """Calls and operators in forward's non-return statements that have a non-literal operand."""
+    for stmt in edit.forward.body:
+        if isinstance(stmt, ast.Return):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and _operands(node):
+                yield node
+
+
+def _operands(node: ast.expr) -> list[ast.expr]:
+    if isinstance(node, ast.Call):
+        ops = [a for a in node.args if not _literal(a) and not isinstance(a, ast.Starred)]
+        if isinstance(node.func, ast.Attribute) and not _module_path(node.func.value):
+            ops = [node.func.value] + ops  # x.add(y): the receiver is an operand
+        return ops
+    if isinstance(node, ast.BinOp):
+        return [o for o in (node.left, node.right) if not _literal(o)]
+    if isinstance(node, ast.UnaryOp):
+        return [] if _literal(node.operand) else [node.operand]
+    return []
+
+
+def _literal(e: ast.expr) -> bool:
+    if isinstance(e, ast.Constant):
+        return True
+    if isinstance(e, ast.UnaryOp):
+        return _literal(e.operand)
+    if isinstance(e, (ast.Tuple, ast.List)):
+        return all(_literal(x) for x in e.elts)
+    if isinstance(e, ast.Attribute) and _module_path(e):
+        return True  # torch.float16
+    return False
+
+
+def _module_path(e: ast.expr) -> bool:
+    while isinstance(e, ast.Attribute):
+        e = e.value
+    return isinstance(e, ast.Name) and e.id in ("torch", "F", "math", "nn", "np")
+
+
+def _replace(root: ast.AST, old: ast.expr, new: ast.expr) -> None:
+    for parent in ast.walk(root):
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, new)
+                return
+            if isinstance(value, list):
+                for i, item in enumerate(value):
+                    if item is old:
+                        value[i] = new
+                        return
+
+
+def _calls(edit: Edit) -> list[ast.Call]:
+    return [n for s in edit.forward.body for n in ast.walk(s) if isinstance(n, ast.Call)]
+
+
+def _literals(edit: Edit) -> list[ast.Constant]:
+    return [n for s in edit.forward.body if not isinstance(s, ast.Return) for n in ast.walk(s)
+            if isinstance(n, ast.Constant) and type(n.value) in (int, float) and _simpler(n.value)]
+
+
+def _simpler(v: int | float) -> list[int | float]:
+    if isinstance(v, float):
+        return [c for c in (0.0, 1.0) if c != v and not (v != v)]
+    return [1] if abs(v) > 1 else []

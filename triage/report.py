@@ -1,0 +1,330 @@
+"""`report.md` for a cluster: a draft GitHub issue a maintainer can act on.
+
+The template writes the whole draft from the run's own data: title, what goes wrong, the blame
+ladder and the guilty layer, the repro, observed vs expected with numbers, versions, suggested
+labels. With an LLM configured (`NNFORGE_LLM_PROVIDER`), the model may rewrite the prose, and
+only the prose: its draft is accepted only if every code block, every number and every version
+string of the template is still in it verbatim; otherwise, or on any error, the template stands.
+Code, numbers and versions therefore always come from the run, never from the model.
+
+The layout follows PyTorch's bug template (`### 🐛 Describe the bug`, `### Versions`).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from nnforge.core.signature import Signature
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+
+REPORT_FILE = "report.md"
+TITLE_LIMIT = 110
+
+# Who maintains each layer, for the title prefix and the labels.
+_LAYER_NAMES = {
+    "dynamo": "dynamo", "aot_autograd": "aot_autograd", "inductor": "inductor",
+    "onnx_export": "onnx export", "ort_kernels": "ORT kernels", "ort_optimizer": "ORT optimizer",
+    "tvm_frontend": "TVM ONNX frontend", "tvm_pipeline": "TVM Relax pipeline",
+}
+_RUNG_LABELS = {"dynamo": "module: dynamo", "aot_autograd": "module: aotdispatch", "inductor": "module: inductor"}
+_SYMPTOM_WORDS = {
+    Symptom.CRASH: "crashes", Symptom.SEGFAULT: "kills the process", Symptom.TIMEOUT: "hangs",
+    Symptom.OOM: "runs out of memory", Symptom.MISMATCH: "gives a wrong result",
+    Symptom.NAN_MISMATCH: "gives NaN/Inf where eager is finite (or the reverse)",
+    Symptom.EXCEPTION_MISMATCH: "raises where eager does not (or the reverse)",
+}
+
+
+@dataclass(frozen=True)
+class ReportDraft:
+    title: str
+    body: str  # the Markdown of report.md, title included as its first heading
+    labels: tuple[str, ...]
+    repo: str  # "pytorch/pytorch", "microsoft/onnxruntime", "apache/tvm"
+    prose_by: str = "template"  # or "llm:<model>"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"title": self.title, "labels": list(self.labels), "repo": self.repo, "prose_by": self.prose_by}
+
+
+# -- facts from the run -----------------------------------------------------------------------------
+def _family(target: str) -> str:
+    from nnforge.oracle.backend import parse_target
+
+    try:
+        return parse_target(target).spec.family
+    except ValueError:
+        return "torch"
+
+
+def layer_name(rung: str | None) -> str:
+    return _LAYER_NAMES.get(rung or "", rung or "unknown layer")
+
+
+def issue_repo(verdict: Verdict) -> str:
+    """Where the issue belongs: the project that owns the guilty layer."""
+    rung = verdict.rung or ""
+    if rung.startswith("ort_"):
+        return "microsoft/onnxruntime"
+    if rung.startswith("tvm_"):
+        return "apache/tvm"
+    return "pytorch/pytorch"
+
+
+def suggested_labels(verdict: Verdict) -> tuple[str, ...]:
+    """PyTorch's labels for a fuzzer finding on the guilty layer (only for pytorch/pytorch)."""
+    if issue_repo(verdict) != "pytorch/pytorch":
+        return ()
+    if verdict.rung == "onnx_export":
+        labels = ["module: onnx", "topic: fuzzer"]
+    else:
+        labels = ["oncall: pt2", "topic: fuzzer"]
+    if verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
+        labels.append("module: correctness (silent)")
+    if verdict.rung in _RUNG_LABELS:
+        labels.append(_RUNG_LABELS[verdict.rung])
+    if verdict.stateful:
+        labels.append("module: guards")
+    if "dynamic=true" in verdict.target.replace(" ", "").lower():
+        labels.append("module: dynamic shapes")
+    return tuple(dict.fromkeys(labels))
+
+
+def _first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _ops_chain(case: TestCase, limit: int = 5) -> str:
+    try:
+        from nnforge.triage.canonical import op_names
+
+        ops = list(op_names(case))
+    except Exception:
+        ops = list(case.meta.get("ops", []))
+    if not ops:
+        return ""
+    chain = " → ".join(ops[:limit])
+    return chain + (" → …" if len(ops) > limit else "")
+
+
+def issue_title(verdict: Verdict, case: TestCase) -> str:
+    """One line naming the layer, the symptom and the evidence (error text or error size)."""
+    prefix = f"[{layer_name(verdict.rung)}]"
+    chain = _ops_chain(case, limit=4)
+    on = f" on {chain}" if chain else ""
+    s = verdict.symptom
+    if s is Symptom.CRASH:
+        text = f"{_short_type(verdict.exc_type)}: {_first_line(verdict.exc_message)}"
+    elif s is Symptom.EXCEPTION_MISMATCH:
+        text = f"{_short_type(verdict.exc_type)} raised on one side only{on}"
+    elif s is Symptom.SEGFAULT:
+        text = f"process dies ({_first_line(verdict.exc_message) or 'signal'}) compiling{on or ' the model'}"
+    elif s is Symptom.MISMATCH:
+        err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
+        text = f"silently wrong result{on}{err}"
+    elif s is Symptom.NAN_MISMATCH:
+        text = f"NaN/Inf mismatch with eager{on}"
+    else:
+        text = f"{_SYMPTOM_WORDS.get(s, s.value)}{on}"
+    title = f"{prefix} {text}"
+    return title if len(title) <= TITLE_LIMIT else title[: TITLE_LIMIT - 1] + "…"
+
+
+def _short_type(name: str | None) -> str:
+    return (name or "error").rsplit(".", 1)[-1]
+
+
+def ladder_line(verdict: Verdict) -> str:
+    """`dynamo` pass → **`inductor` mismatch**: the rungs run cheapest first, the guilty one bold."""
+    from nnforge.oracle.backend import parse_target
+
+    try:
+        rungs = list(parse_target(verdict.target).spec.rungs)
+    except ValueError:
+        rungs = []
+    if verdict.rung and verdict.rung not in rungs:
+        rungs = [verdict.rung]
+    parts = []
+    for r in rungs:
+        if r == verdict.rung:
+            parts.append(f"**`{r}` {verdict.symptom.value}**")
+            break
+        parts.append(f"`{r}` pass")
+    return " → ".join(parts) if parts else f"**`{verdict.rung}` {verdict.symptom.value}**"
+
+
+def versions_block(verdict: Verdict) -> str:
+    """The versions the run recorded (the worker's torch and each rung's system), plus Python."""
+    lines = [f"python {platform.python_version()} ({platform.platform()})"]
+    seen = set()
+    for name, version in sorted(verdict.versions.items()):
+        if version and (name, version) not in seen:
+            seen.add((name, version))
+            lines.append(f"{name} {version}")
+    if not verdict.versions:
+        try:
+            import torch
+
+            lines.append(f"torch {torch.__version__}")
+        except ImportError:
+            pass
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.6g}"
+
+
+def observed_section(verdict: Verdict) -> str:
+    s = verdict.symptom
+    rows = [("symptom", f"`{s.value}`" + (" (stateful: only with the compiler's state kept across calls)"
+                                          if verdict.stateful else ""))]
+    if verdict.call_index is not None:
+        rows.append(("call of the invocation sequence", str(verdict.call_index)))
+    if s in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
+        if verdict.output_index is not None:
+            rows.append(("output (flattened index)", str(verdict.output_index)))
+        rows.append(("expected", "eager PyTorch (reference)"))
+        rows.append(("max abs err", _fmt(verdict.max_abs_err)))
+        rows.append(("max rel err", _fmt(verdict.max_rel_err)))
+        if verdict.fp64_rmse_actual is not None or verdict.fp64_rmse_eager is not None:
+            rows.append(("RMSE vs float64, eager", _fmt(verdict.fp64_rmse_eager)))
+            rows.append(("RMSE vs float64, compiled", _fmt(verdict.fp64_rmse_actual)))
+    table = "| | |\n| --- | --- |\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+    out = [table]
+    if verdict.exc_type or verdict.exc_message:
+        msg = (verdict.exc_message or "").strip()
+        msg_lines = msg.splitlines()[:12]
+        out.append("Error:\n\n```\n" + f"{verdict.exc_type or ''}: " + "\n".join(msg_lines) + "\n```")
+    if verdict.frames:
+        try:
+            from nnforge.triage.normalize import compiler_frames
+
+            frames = compiler_frames(verdict.frames, limit=5)
+        except Exception:
+            frames = tuple(f"{f.file}:{f.function}" for f in verdict.frames[-5:])
+        if frames:
+            out.append("Innermost compiler frames: " + ", ".join(f"`{f}`" for f in frames))
+    return "\n\n".join(out)
+
+
+def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Signature | None = None,
+                 cluster_id: str | None = None, count: int = 1, reduction: dict[str, Any] | None = None) -> ReportDraft:
+    """The template draft of report.md (no LLM involved)."""
+    title = issue_title(verdict, case)
+    labels = suggested_labels(verdict)
+    repo = issue_repo(verdict)
+    what = _SYMPTOM_WORDS.get(verdict.symptom, verdict.symptom.value)
+    layer = layer_name(verdict.rung)
+    if verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
+        sentence = (f"Compiling this model with `{verdict.target}` {what}: the compiled output differs from eager "
+                    f"beyond `torch.testing.assert_close`'s default tolerances and is further from a float64 run "
+                    f"than eager is, so it is not a rounding difference.")
+    elif verdict.symptom is Symptom.CRASH:
+        sentence = f"Compiling or running this model with `{verdict.target}` {what}; eager runs it without error."
+    else:
+        sentence = f"With `{verdict.target}` this model {what}; eager runs it fine."
+    blame = (f"Blame ladder (each rung adds one layer; the first that disagrees with eager is guilty): "
+             f"{ladder_line(verdict)}. Guilty layer: **{layer}**.")
+    size = ""
+    if reduction:
+        b, a = reduction.get("before", {}), reduction.get("after", {})
+        if b and a:
+            size = (f"The fuzzer's case was reduced from {b.get('ops')} operators / {b.get('lines')} lines to "
+                    f"{a.get('ops')} operators / {a.get('lines')} lines.")
+    program_block = "```python\n" + case.program.strip() + "\n```"
+    repro_block = ("<details><summary>repro.py: the program with its values, the target and the comparison "
+                   "(needs only what its header says)</summary>\n\n```python\n" + repro.rstrip() + "\n```\n\n</details>")
+    found = "Found by NNForge (a fuzzer for deep-learning compilers)" + (
+        f"; cluster `{cluster_id}`, {count} finding{'s' if count != 1 else ''} so far" if cluster_id else "") + "."
+    parts = [
+        f"# {title}",
+        "### 🐛 Describe the bug",
+        sentence,
+        blame,
+        "The program" + (" (reduced by the fuzzer; " + size[0].lower() + size[1:].rstrip(".") + ")" if size else "") + ":",
+        program_block,
+        "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
+        repro_block,
+        "### Observed vs expected",
+        observed_section(verdict),
+        "### Versions",
+        "```\n" + versions_block(verdict) + "\n```",
+        "Suggested labels: " + (", ".join(f"`{lb}`" for lb in labels) if labels else "(none)"),
+        found,
+    ]
+    return ReportDraft(title=title, body="\n\n".join(parts) + "\n", labels=labels, repo=repo)
+
+
+# -- the optional LLM rewrite -----------------------------------------------------------------------------
+REWRITE_SYSTEM = (
+    "You edit bug reports for compiler maintainers. Rewrite only the prose sentences of the Markdown "
+    "report you are given so that it reads clearly and briefly. Keep every code block, every table, every "
+    "number, every version string, every heading and every inline `code` span exactly as they are. "
+    "Do not add claims that are not in the report. Answer with the whole report in Markdown, nothing else."
+)
+_FENCE = re.compile(r"```.*?```", re.S)
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+_VERSION = re.compile(r"\b\d+\.\d+(?:\.\d+)?(?:[\w.+-]*)")
+_INLINE = re.compile(r"`[^`\n]+`")
+
+
+def protected_spans(text: str) -> list[str]:
+    """What a rewrite must keep verbatim: code blocks, inline code, numbers and version strings."""
+    spans = _FENCE.findall(text)
+    prose = _FENCE.sub(" ", text)
+    spans += _INLINE.findall(prose)
+    spans += _VERSION.findall(prose)
+    spans += _NUMBER.findall(prose)
+    return list(dict.fromkeys(spans))
+
+
+def accept_rewrite(template: str, candidate: str) -> bool:
+    """True when `candidate` keeps every protected span of `template` (see `protected_spans`)."""
+    if not candidate or not candidate.strip():
+        return False
+    return all(span in candidate for span in protected_spans(template))
+
+
+def rewrite_prose(draft: ReportDraft, settings: Any = None, client: Any = None) -> ReportDraft:
+    """The draft with prose rewritten by the configured LLM, or the draft itself when no LLM is
+    configured, the call fails in any way, or the rewrite lost a code block, number or version."""
+    try:
+        if client is None:
+            from nnforge.core.llm import LLMClient
+            from nnforge.core.settings import load_settings
+
+            client = LLMClient.from_settings(settings or load_settings())
+        if client is None:
+            return draft
+        reply = client.complete(REWRITE_SYSTEM, draft.body, purpose="report")
+    except Exception:  # LLMUnavailable, a missing package, a bad setting: the template stands
+        return draft
+    text = _strip_outer_fence(reply)
+    if not accept_rewrite(draft.body, text):
+        return draft
+    if not text.lstrip().startswith(f"# {draft.title}"):
+        text = f"# {draft.title}\n\n" + text.lstrip()
+    return replace(draft, body=text.rstrip() + "\n", prose_by=f"llm:{getattr(client, 'model', '?')}")
+
+
+def _strip_outer_fence(text: str) -> str:
+    """Models often wrap the whole answer in ```markdown ... ```: unwrap it."""
+    t = (text or "").strip()
+    m = re.fullmatch(r"```(?:markdown|md)?\n(.*)\n```", t, re.S)
+    return m.group(1) if m else t
+
+
+def write_report(folder: str | Path, draft: ReportDraft) -> Path:
+    path = Path(folder) / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(draft.body)
+    return path

@@ -1,0 +1,105 @@
+"""Signatures: which findings are the same bug (computing `core.signature.Signature`).
+
+- Crash-like symptoms (crash, exception_mismatch, segfault, timeout, oom) key on where the
+  compiler broke: exception type, the message's first line normalised (numbers, shapes, names,
+  paths gone) and the innermost compiler frames (wrappers skipped, no line numbers).
+- Wrong outputs (mismatch, nan_mismatch) have no location; they key on the canonical form of
+  the (reduced) program: its operator sequence with dtypes (see canonical.py).
+
+Both carry the target and the blame rung: the same message from Dynamo and from Inductor are
+two bugs. `similarity` breaks ties between signatures whose keys differ (clustering uses it to
+attach a near-duplicate to an existing cluster).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from nnforge.core.signature import Signature
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+from nnforge.triage.canonical import canonical_form, op_names
+from nnforge.triage.normalize import compiler_frames, headline, normalize_message
+
+__all__ = ["CRASH_LIKE", "OUTPUT_LIKE", "canonical_form", "is_crash_like", "signature_of", "similarity"]
+
+CRASH_LIKE = frozenset({Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM})
+OUTPUT_LIKE = frozenset({Symptom.MISMATCH, Symptom.NAN_MISMATCH})
+FRAMES_IN_KEY = 3
+
+
+def is_crash_like(symptom: Symptom | str) -> bool:
+    return Symptom(symptom) in CRASH_LIKE
+
+
+def signature_of(verdict: Verdict, case: TestCase) -> Signature:
+    """The signature of `verdict` (on `case`, ideally already reduced)."""
+    symptom = verdict.symptom
+    ops = op_names(case)
+    if symptom in CRASH_LIKE:
+        message = _crash_message(verdict)
+        frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
+        key = json.dumps([verdict.exc_type or "", message, list(frames)])
+        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=key,
+                         exc_type=verdict.exc_type, message=message, frames=frames, ops=ops)
+    if symptom in OUTPUT_LIKE:
+        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=canonical_form(case),
+                         ops=ops)
+    # pass / invalid: not a bug; a key that still separates them by what was said
+    return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
+                     key=normalize_message(verdict.detail)[:200], ops=ops)
+
+
+def _crash_message(verdict: Verdict) -> str:
+    """Timeouts and deaths carry the runner's words ("exceeded 60 s"), not the compiler's: only
+    their normalised headline counts, which the normalisation makes constant."""
+    return headline(verdict.exc_message or "")
+
+
+def similarity(a: Signature, b: Signature) -> float:
+    """How alike two signatures are, in [0, 1]: 1 for equal keys, 0 for unrelated findings.
+
+    Findings of a different target or symptom family never resemble each other. Crash-like:
+    shared compiler frames (innermost weighs most), message words, exception type. Wrong
+    outputs: one minus the normalised edit distance of the operator sequences.
+    """
+    if a.target != b.target or is_crash_like(a.symptom) != is_crash_like(b.symptom):
+        return 0.0
+    if a.key == b.key and a.symptom == b.symptom and a.rung == b.rung:
+        return 1.0
+    rung = 1.0 if a.rung == b.rung else 0.5
+    if is_crash_like(a.symptom):
+        frames = _frame_overlap(a.frames, b.frames)
+        words = _jaccard(set((a.message or "").split()), set((b.message or "").split()))
+        exc = 1.0 if a.exc_type == b.exc_type else 0.0
+        score = 0.5 * frames + 0.3 * words + 0.2 * exc
+    else:
+        score = 1.0 - edit_distance(a.ops, b.ops) / max(len(a.ops), len(b.ops), 1)
+    return max(0.0, min(1.0, score * rung))
+
+
+def _frame_overlap(a: Sequence[str], b: Sequence[str]) -> float:
+    if not a and not b:
+        return 1.0
+    weights = [1.0 / (i + 1) for i in range(max(len(a), len(b)))]
+    got = sum(w for i, w in enumerate(weights) if i < len(a) and i < len(b) and a[i] == b[i])
+    shared = len(set(a) & set(b)) / max(len(set(a) | set(b)), 1)
+    return 0.7 * got / sum(weights) + 0.3 * shared
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """Levenshtein distance between two token sequences."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
