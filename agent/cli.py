@@ -23,7 +23,7 @@ def _root() -> None:
 
 
 # Modules that register commands on `app`, in the order they appear in --help.
-COMMAND_MODULES = ("cmd_generate", "cmd_run", "cmd_mutate", "cmd_demo", "cmd_history", "cmd_reduce", "cmd_triage", "cmd_report")
+COMMAND_MODULES = ("cmd_generate", "cmd_run", "cmd_mutate", "cmd_demo", "cmd_history", "cmd_reduce", "cmd_triage", "cmd_report", "cmd_campaign")
 
 
 def _register_commands() -> None:

@@ -19,7 +19,7 @@ import time
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
@@ -261,9 +261,15 @@ class RayExecutor(Executor):
         return out
 
     def close(self) -> None:
+        # Ask each actor to kill its sandboxed worker first (a worker lives in its own session and
+        # would outlive a killed actor), then end the actors.
+        try:
+            self.ray.get([a.close.remote() for a in self._actors], timeout=15)
+        except Exception:
+            pass
         for a in self._actors:
             try:
-                self.ray.kill(a)  # the actor's finalizer kills its sandboxed worker's process group
+                self.ray.kill(a)
             except Exception:
                 pass
         self._actors = []
@@ -279,5 +285,3 @@ def make_executor(kind: str, cfg: ExecutorConfig, *, address: str | None = None,
         return RayExecutor(cfg, address, ray_init_kwargs=ray_init_kwargs)
     raise ValueError(f"unknown executor {kind!r}; use local or ray")
 
-
-ProbeFactory = Callable[[Any], Any]

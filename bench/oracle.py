@@ -11,11 +11,12 @@ same figures for nnsmith's own search on nnsmith's own programs, in its separate
 from __future__ import annotations
 
 import argparse
-import json
+import multiprocessing
 import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 from nnforge.generator.engine import GeneratorConfig
 from nnforge.generator.seeds import generate_cases
@@ -25,12 +26,42 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = "nnforge.oracle.job:run_case"
 
 
+GENERATION_TIMEOUT_S = 60.0
+
+
+def _generate(args: tuple[int, int]) -> tuple[str, list]:
+    nodes, seed = args
+    case, _ = next(generate_cases(GeneratorConfig(n_nodes=nodes, seed=seed), 1))
+    return case.program, [c.to_json() for c in case.calls]
+
+
+def programs(nodes: int, count: int, seed0: int, hung: list[int]) -> Iterator[tuple[int, str, list]]:
+    """(seed, program, calls) for seeds seed0 .. seed0+count-1, each generated in a child
+    process: a solver query that never returns costs that one seed (noted in `hung`), not the run."""
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(1)
+    try:
+        for seed in range(seed0, seed0 + count):
+            job = pool.apply_async(_generate, ((nodes, seed),))
+            try:
+                program, calls = job.get(GENERATION_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                hung.append(seed)
+                pool.terminate()
+                pool = ctx.Pool(1)
+                continue
+            yield seed, program, calls
+    finally:
+        pool.terminate()
+
+
 def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int) -> dict:
     searched = success = needed = needed_ok = crashed = invalid = 0
     times: list[float] = []
     culprits: dict[str, int] = {}
-    for case, _ in generate_cases(GeneratorConfig(n_nodes=nodes, seed=seed0), count):
-        out = pool.call(JOB, {"program": case.program, "calls": [c.to_json() for c in case.calls], "targets": [],
+    hung: list[int] = []
+    for _seed, program, calls in programs(nodes, count, seed0, hung):
+        out = pool.call(JOB, {"program": program, "calls": calls, "targets": [],
                               "search": True, "search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
             crashed += 1
@@ -50,7 +81,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             culprits[str(s.get("culprit"))[:60]] = culprits.get(str(s.get("culprit"))[:60], 0) + 1
     times.sort()
     return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
-            "crashed": crashed, "invalid": invalid, "median_ms": statistics.median(times) if times else 0.0,
+            "crashed": crashed, "invalid": invalid, "generator_hung": hung, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
             "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:5]}
 

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     # Value search.
     value_search_budget_ms: float = 200.0
 
+    # Campaigns: refuse to start with less free disk space than this (MB) in the campaign folder.
+    campaign_min_free_mb: int = 200
+
 
 def load_settings(**overrides) -> Settings:
     return Settings(**overrides)

@@ -170,9 +170,15 @@ def mutate_chain(case: TestCase, rng: random.Random, length: int, mutators: Iter
 
 
 def ensure_calls(case: TestCase, at_least: int) -> tuple[CallStep, ...]:
-    """The case's calls padded with plain calls to `at_least` steps."""
+    """The case's calls padded to `at_least` steps with calls in the first call's grad mode.
+
+    Padding with plain calls would flip an inference seed (grad off) into grad mode on the
+    second call, so every sequence would recompile for that reason alone and hide what the
+    sequence mutator actually changed.
+    """
     calls = tuple(case.calls) or SINGLE_CALL
-    return calls + (CallStep(),) * max(0, at_least - len(calls))
+    pad = CallStep(grad_enabled=calls[0].grad_enabled)
+    return calls + (pad,) * max(0, at_least - len(calls))
 
 
 # -- rules that rewrite forward around one tensor-valued name -------------------------------------------

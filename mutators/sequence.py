@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import random
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from nnforge.core.calls import CallStep, InputChange
@@ -50,7 +51,10 @@ class SequenceMutator(Mutator):
             new = self.steps(tree, case, rng)
             if new is None:
                 return None
-            mutant = derive(case, self, calls=ensure_calls(case, 1) + new, note={"sequence_kind": self.kind})
+            base = ensure_calls(case, 1)
+            # steps that say nothing about grad mode keep the seed's (an inference seed stays inference)
+            new = tuple(st if st.grad_enabled is not None else replace(st, grad_enabled=base[0].grad_enabled) for st in new)
+            mutant = derive(case, self, calls=base + new, note={"sequence_kind": self.kind})
             if not (self.uses_probe and probe is not None) or probe(mutant):
                 return mutant
         return None

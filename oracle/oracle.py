@@ -45,6 +45,7 @@ class CaseResult:
     values_chosen: bool = False  # value search chose the values during this check
     invalid_reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    coverage: dict[str, list[int]] | None = None  # compiler lines new to the workers (Oracle(coverage=True))
 
     @property
     def symptom(self) -> Symptom:
@@ -66,7 +67,7 @@ class Oracle:
 
     def __init__(self, pool: Any, targets: list[str], value_search_budget_ms: float = 200.0, *,
                  timeout_s: float | None = None, seed: int = 0, stop_at_first: bool = True,
-                 blame_deaths: bool = True, blame_timeouts: bool = False):
+                 blame_deaths: bool = True, blame_timeouts: bool = False, coverage: bool = False):
         for t in targets:
             parse_target(t)  # fail now, in the parent, on a misspelt target
         self.pool = pool
@@ -77,12 +78,14 @@ class Oracle:
         self.stop_at_first = stop_at_first
         self.blame_deaths = blame_deaths
         self.blame_timeouts = blame_timeouts
+        self.coverage = coverage  # measure torch's compiler packages in the workers (oracle/coverage_probe.py)
 
     # -- public --------------------------------------------------------------------------------
     def check(self, case: TestCase) -> CaseResult:
         from nnforge.oracle.job import dump_values, load_values
 
         base = self._payload(case)
+        covered: dict[str, set[int]] = {}  # per check, not per Oracle: threads share an Oracle
         if case.inputs is not None:
             base["inputs_pt"] = dump_values(tuple(case.inputs))
         if case.state_dict is not None:
@@ -92,24 +95,28 @@ class Oracle:
             reason = f"the reference run failed in the worker: {first.status}: {first.exc_type}: {first.exc_message}"
             return self._all_invalid(case, reason, frames=first.frames)
         res = first.value
+        _note_coverage(covered, res)
         if res["status"] == "invalid":
             return self._all_invalid(case, res["reason"], exc_type=res.get("exc_type"),
                                      exc_message=res.get("exc_message"), frames=res.get("frames"),
                                      search=res.get("search"))
         chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
         fixed = {**base, "inputs_pt": res["inputs_pt"], "state_pt": res["state_pt"], "search": False}
-        verdicts = [self._check_target(fixed, t) for t in self.targets]
+        verdicts = [self._check_target(fixed, t, covered) for t in self.targets]
         return CaseResult(case=chosen, verdicts=tuple(verdicts), search=res.get("search"), reference=res.get("reference"),
-                          values_chosen=case.inputs is None, timings=dict(res.get("timings", {})))
+                          values_chosen=case.inputs is None, timings=dict(res.get("timings", {})),
+                          coverage={k: sorted(v) for k, v in covered.items()} if self.coverage else None)
 
     # -- internals ------------------------------------------------------------------------------
     def _payload(self, case: TestCase) -> dict[str, Any]:
         return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
-                "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first}
+                "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
+                "coverage": self.coverage}
 
-    def _check_target(self, payload: dict[str, Any], target: str) -> Verdict:
+    def _check_target(self, payload: dict[str, Any], target: str, covered: dict[str, set[int]] | None = None) -> Verdict:
         out = self.pool.call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
         if out.ok:
+            _note_coverage(covered, out.value)
             if out.value["status"] == "invalid":  # the reference failed this time (flaky program)
                 return Verdict(target=target, symptom=Symptom.INVALID, detail=out.value["reason"] or "")
             return Verdict.from_json(out.value["verdicts"][0])
@@ -162,3 +169,11 @@ def _normalise(path: str) -> str:
     from nnforge.oracle.job import normalise_file
 
     return normalise_file(path, set())
+
+
+def _note_coverage(covered: dict[str, set[int]] | None, res: Any) -> None:
+    """Merge a job result's `coverage_new` ({file: [lines]}) into `covered`."""
+    if covered is None or not isinstance(res, dict):
+        return
+    for name, lines in (res.get("coverage_new") or {}).items():
+        covered.setdefault(name, set()).update(lines)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +138,24 @@ def test_clustering_joins_equal_digests_and_near_identical_wrong_outputs_only():
     assert pairwise_precision_recall({1: "x", 2: "x", 3: "y"}, {1: "p", 2: "p", 3: "p"}) == (1 / 3, 1.0)
 
 
+def test_small_values_are_written_as_literals_that_rebuild_them_bit_for_bit():
+    import torch
+
+    from nnforge.triage.repro import literal
+
+    values = (torch.randn(2, 3), torch.randn(4).half(), torch.randn(3).bfloat16(), torch.tensor([-0.0, 1e-30, 3.4e38]),
+              torch.randint(-5, 5, (3,)), torch.tensor(True), torch.empty(0, 2), torch.randn(2, requires_grad=True), 3)
+    back = eval(literal(values), {"torch": torch})
+    for a, b in zip(values, back):
+        if isinstance(a, torch.Tensor):
+            assert (a.dtype, a.shape, a.requires_grad) == (b.dtype, b.shape, b.requires_grad)
+            assert torch.equal(a.detach(), b.detach()) and torch.equal(a.detach().signbit(), b.detach().signbit())
+        else:
+            assert a == b
+    assert "1.5409960746765137" not in literal(torch.tensor([1.5409960746765137]))  # shortest float32 decimals
+    assert literal(torch.tensor([float("nan")])) is None and literal(torch.randn(3, 2).t()) is None  # -> base64
+
+
 # -- kill safety ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_finding_whose_reduction_fails_stays_new_with_the_error(tmp_path, pool, settings):
@@ -265,3 +282,32 @@ def test_reduced_repro_fails_in_a_fresh_process_with_the_fault_and_passes_on_hea
     assert not accept_rewrite(body, body.replace(f"{perturb.max_abs_err:.6g}", "0.01"))
     assert not accept_rewrite(body, body.replace(scripts["perturb_faulty"].rstrip(), "print('hi')"))
     assert rewrite_prose(draft, load_settings(llm_provider="none")) == draft  # no LLM: the template stands
+
+
+def _replaying_client(cache_dir: Path, system: str, user: str, reply: str | None):
+    """A real LLMClient with no server behind it: it answers only from its disk cache, as on the
+    rerun of a campaign; anything else fails as an unreachable server would."""
+    from nnforge.core.llm import LLMClient, cache_key
+
+    client = LLMClient(None, model="replay", temperature=0.0, cache_dir=cache_dir, token_budget=10**6,
+                       max_retries=0, backoff_s=0.0)
+    if reply is not None:
+        client._write_cache(cache_key("replay", 0.0, system, user), "report", reply, 10)
+    return client
+
+
+def test_llm_prose_is_used_only_when_it_keeps_code_numbers_and_versions(tmp_path):
+    from nnforge.core.verdict import Verdict
+    from nnforge.triage.report import REWRITE_SYSTEM
+
+    verdict = Verdict(target="inductor", symptom=Symptom.MISMATCH, rung="inductor", call_index=0, output_index=0,
+                      max_abs_err=0.0262111, max_rel_err=0.110134, fp64_rmse_actual=0.0136668,
+                      fp64_rmse_eager=2.96316e-08, versions={"torch": "2.13.0+cpu"})
+    case = TestCase(program=PROGRAM_A)
+    draft = draft_report(case, verdict, repro=write_repro(case, verdict))
+    kept = draft.body.replace("Compiling this model with", "When this model is compiled with")
+    changed = draft.body.replace("0.0262111", "0.03")
+    for reply, used in ((kept, True), (changed, False), (None, False)):
+        client = _replaying_client(tmp_path / str(used) / str(reply is None), REWRITE_SYSTEM, draft.body, reply)
+        out = rewrite_prose(draft, client=client)
+        assert (out.body == kept and out.prose_by == "llm:replay") if used else out == draft

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from nnforge.oracle.value_search import SearchResult, ValueSearch, checked_call, first_nonfinite
 
@@ -187,7 +188,7 @@ def test_program_that_raises_is_reported_not_propagated():
         first_nonfinite(IntDivZero(), (torch.tensor([0, 1, 2]),))
 
 
-def test_integer_driven_divisor_is_resampled():
+def test_integer_driven_divisor_is_repaired_by_gradient_on_its_float_shadow():
     class DivByIndex(nn.Module):
         def forward(self, x, i):
             return x / i.float()
@@ -195,8 +196,58 @@ def test_integer_driven_divisor_is_resampled():
     inputs = (torch.randn(4), torch.tensor([0, 1, 2, 3]))
     res = ValueSearch(**SEARCH).run(DivByIndex(), inputs)
     assert_repaired(DivByIndex(), inputs, res)
-    assert res.method == "sampling"
+    assert res.method == "gradient"  # integers descend through a rounded float master
     assert (res.inputs[1] != 0).all() and res.inputs[1].min() >= 0 and res.inputs[1].max() <= 3
+
+
+def test_integer_input_reaching_log_through_arithmetic_is_repaired():
+    # generator programs feed integer inputs straight into log/acos/rsqrt after int arithmetic
+    class IntChain(nn.Module):
+        def forward(self, a, b):
+            return torch.acos(torch.rsqrt(torch.clip(a, min=b)) - 1.0)
+
+    inputs = (torch.tensor([0, 5, 9, 0], dtype=torch.uint8), torch.tensor([0, 0, 3, 15], dtype=torch.uint8))
+    assert first_nonfinite(IntChain(), inputs) == "rsqrt"
+    res = ValueSearch(**SEARCH).run(IntChain(), inputs)
+    assert_repaired(IntChain(), inputs, res)
+    assert all(0 <= int(v) <= 15 for t in res.inputs for v in t)
+
+
+def test_integer_scalar_with_a_single_value_gets_room_to_move():
+    class SqrtOfScalar(nn.Module):
+        def forward(self, i):
+            return torch.sqrt(i - 1)
+
+    inputs = (torch.tensor(-1, dtype=torch.int32),)
+    res = ValueSearch(**SEARCH).run(SqrtOfScalar(), inputs)
+    assert_repaired(SqrtOfScalar(), inputs, res)
+    assert int(res.inputs[0]) >= 1
+
+
+def test_all_true_mask_is_among_boolean_samples():
+    class LgammaOfMask(nn.Module):
+        def forward(self, m):
+            return torch.lgamma(m.float())  # lgamma(0) = inf: every element must be True
+
+    inputs = (torch.zeros(64, dtype=torch.bool),)
+    res = ValueSearch(**SEARCH).run(LgammaOfMask(), inputs)
+    assert_repaired(LgammaOfMask(), inputs, res)
+    assert bool(res.inputs[0].all())
+
+
+def test_running_variance_behind_detach_is_repaired():
+    class EvalNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean = nn.Parameter(torch.zeros(4))
+
+        def forward(self, x, v):
+            return F.batch_norm(x, self.mean.detach(), torch.floor(v).detach(), training=False)
+
+    inputs = (torch.randn(2, 4), torch.tensor([-2.0, 1.0, -0.5, 3.0]))
+    assert first_nonfinite(EvalNorm(), inputs) == "batch_norm"
+    res = ValueSearch(**SEARCH).run(EvalNorm(), inputs)
+    assert_repaired(EvalNorm(), inputs, res)
 
 
 def test_control_flow_containers_and_inplace_ops():
@@ -268,12 +319,12 @@ def test_same_seed_gives_the_same_values():
 
 
 def test_same_seed_gives_the_same_samples():
-    class DivByIndex(nn.Module):
-        def forward(self, x, i):
-            return x / (i.float() - 1.0)
+    class DivByMask(nn.Module):
+        def forward(self, x, m):
+            return x / (m.float() - 1.0)  # booleans are only ever resampled
 
-    inputs = (torch.randn(6), torch.tensor([0, 1, 2, 3, 1, 2]))
-    a, b = (ValueSearch(**SEARCH, seed=3).run(DivByIndex(), inputs) for _ in range(2))
+    inputs = (torch.randn(6), torch.tensor([False, True, False, True, True, False]))
+    a, b = (ValueSearch(**SEARCH, seed=3).run(DivByMask(), inputs) for _ in range(2))
     assert a.success and a.method == "sampling"
     assert a.iterations == b.iterations
     assert all(torch.equal(x, y) for x, y in zip(a.inputs, b.inputs))

@@ -405,6 +405,9 @@ def _literals(edit: Edit) -> list[ast.Constant]:
 
 
 def _simpler(v: int | float) -> list[int | float]:
+    """Simpler values, always towards 0: a pass accepting them can never cycle."""
     if isinstance(v, float):
-        return [c for c in (0.0, 1.0) if c != v and not (v != v)]
+        if v != v or v == 0.0:
+            return []
+        return [0.0] if v == 1.0 else [0.0, 1.0]
     return [1] if abs(v) > 1 else []

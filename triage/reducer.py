@@ -294,6 +294,7 @@ class _Run:
         """Accept the first interesting candidate, then start over on the smaller case."""
         base = self.current
         q0 = self.queries
+        seen = {base.case_id}  # never return to a case already left: no cycles
         progressed = True
         while progressed:
             progressed = False
@@ -302,6 +303,9 @@ class _Run:
             except pr.NotAProgram:
                 return
             for cand in cands:
+                if cand.case_id in seen:
+                    continue
+                seen.add(cand.case_id)
                 if self.interesting(cand):
                     progressed = True
                     break

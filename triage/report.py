@@ -164,10 +164,11 @@ def ladder_line(verdict: Verdict) -> str:
 def versions_block(verdict: Verdict) -> str:
     """The versions the run recorded (the worker's torch and each rung's system), plus Python."""
     lines = [f"python {platform.python_version()} ({platform.platform()})"]
-    seen = set()
+    torch_version = verdict.versions.get("torch")
+    if torch_version:
+        lines.append(f"torch {torch_version}")
     for name, version in sorted(verdict.versions.items()):
-        if version and (name, version) not in seen:
-            seen.add((name, version))
+        if version and name != "torch" and version != torch_version:  # torch.compile rungs report torch's
             lines.append(f"{name} {version}")
     if not verdict.versions:
         try:

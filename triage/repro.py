@@ -27,14 +27,13 @@ from typing import Any
 
 from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
-from nnforge.core.verdict import Symptom, Verdict
+from nnforge.core.verdict import Verdict
 
 # torch.compile backend for each rung of the torch ladders that a plain torch install has.
 TORCH_RUNG_BACKENDS = {"dynamo": "eager", "aot_autograd": "aot_eager", "inductor": "inductor"}
 ONNX_OPSET = 17
 LITERAL_MAX_ELEMS = 64  # at most this many tensor elements in total are written as literals
 _LITERAL_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
-_DEATHS = {Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM}
 
 
 @dataclass(frozen=True)
@@ -93,9 +92,9 @@ def literal(value: Any) -> str | None:
             return None
         if value.numel() == 0:
             return f"torch.empty({list(value.shape)}, dtype=torch.{dtype})"
-        data = value.detach().tolist()
         if value.is_floating_point() and not bool(torch.isfinite(value.detach().float()).all()):
             return None
+        data = _short_floats(value) if dtype in ("float16", "float32") else value.detach().tolist()
         grad = ", requires_grad=True" if value.requires_grad else ""
         return f"torch.tensor({data!r}, dtype=torch.{dtype}{grad})"
     if value is None or isinstance(value, (bool, int, str)):
@@ -120,12 +119,33 @@ def literal(value: Any) -> str | None:
     return None
 
 
+def _short_floats(value: Any) -> Any:
+    """Nested lists of the shortest decimals that round back to the same float16/float32 values
+    (numpy prints those), so `1.540996` is written rather than `1.5409960746765137`."""
+    import numpy as np
+
+    arr = value.detach().numpy()
+    short = np.array([float(str(x)) for x in arr.reshape(-1)], dtype=np.float64).reshape(arr.shape)
+    return short.tolist()
+
+
+def _lines(items: list[str], open_: str, close: str) -> str:
+    """A literal container with one item per line (a tuple of one keeps its comma)."""
+    if not items:
+        return open_ + close
+    return open_ + "\n" + "".join(f"    {it},\n" for it in items) + close
+
+
 def _values_section(inputs: tuple[Any, ...] | None, state: dict[str, Any] | None,
                     call_args: list[tuple[Any, ...]] | None) -> str:
     bundle = (inputs, state, call_args)
     if _count_elems(bundle) <= LITERAL_MAX_ELEMS:
         parts = [literal(inputs), literal(state), literal(call_args)]
         if all(p is not None for p in parts):
+            if inputs:
+                parts[0] = _lines([literal(v) for v in inputs], "(", ")")  # type: ignore[misc]
+            if state:
+                parts[1] = _lines([f"{k!r}: {literal(v)}" for k, v in state.items()], "{", "}")
             return (f"REPRO_INPUTS = {parts[0]}\n"
                     f"REPRO_STATE_DICT = {parts[1]}\n"
                     f"REPRO_CALL_ARGS = {parts[2]}  # per call, when the invocation sequence changes inputs\n")
@@ -464,7 +484,7 @@ def repro_compare(label, expected, actual, expected64):
     return f"{label}:\\n" + "\\n".join(close_error[:6])
 
 
-def repro_parts(result, expected):
+def repro_parts(result):
     """The parts of one call to compare: the flagged output (or all outputs), inputs and state after it."""
     out, args, state = result
     if REPRO_FLAT_OUTPUTS:  # ONNX-style backends return the tensor leaves of the output, flat
@@ -493,7 +513,7 @@ def repro_check_values(expected, expected64, actual):
         e64 = expected64[i] if expected64 is not None and i < len(expected64) else None
         e_parts = repro_expected_parts(e)
         r_parts = repro_expected_parts(e64) if e64 is not None else [(label, None) for label, _ in e_parts]
-        for (label, ev), (_, rv), (_, av) in zip(e_parts, r_parts, repro_parts(a, e)):
+        for (label, ev), (_, rv), (_, av) in zip(e_parts, r_parts, repro_parts(a)):
             problem = repro_compare(f"call {i}, {label}", ev, av, rv)
             if problem is not None:
                 return problem

@@ -752,7 +752,22 @@ Atan2 = binary("atan2", "torch.atan2", ALL_DTYPES, "float", ("float32", "float16
 Hypot = binary("hypot", "torch.hypot", FLOAT_DTYPES, scalar=False)
 Copysign = binary("copysign", "torch.copysign", ALL_DTYPES, "float", scalar=True,
                   scalar_dtypes=FLOAT_DTYPES)
-Xlogy = binary("xlogy", "torch.xlogy", ALL_DTYPES, "float", vulnerable=True, scalar_dtypes=FLOAT_DTYPES)
+@register_op
+class Xlogy(BinarySpec):
+    """torch.xlogy(x, y) = x * log(y). A scalar y is positive: for y <= 0 the result is -inf or
+    NaN wherever x != 0, which no choice of values repairs."""
+
+    name = "xlogy"
+    fn = "torch.xlogy"
+    in_dtypes = same_dtype_combos(ALL_DTYPES, 2)
+    out_rule = "float"
+    scalar_dtypes = FLOAT_DTYPES
+    vulnerable = True
+
+    def __init__(self, in_sigs, rng, uid):
+        super().__init__(in_sigs, rng, uid)
+        if len(in_sigs) == 1:
+            self.choice_attr("scalar", [s for s in scalar_pool(in_sigs[0][0]) if float(s) > 0])
 Nextafter = binary("nextafter", "torch.nextafter", FLOAT_DTYPES, scalar=False)
 Heaviside = binary("heaviside", "torch.heaviside", ALL_DTYPES, scalar=False)
 Logaddexp = binary("logaddexp", "torch.logaddexp", FLOAT_DTYPES, scalar=False)

@@ -1,0 +1,887 @@
+"""The campaign loop: seeds → (mutants) → value search + oracle in sandboxed workers → store.
+
+One test is one case judged on one target. The scheduler (`scheduler.py`) picks an arm (seed
+source × category × target); the seed source gives a case (the solver generator, with a seed
+number that only ever grows, or a history seed); a mutator of the arm's category rewrites it
+unless the arm says "seed"; the case folder `DIR/cases/<case_id>/` and a `queue` row are written
+BEFORE the test runs; the executor runs it; the verdict, and the finding when it is a bug, go to
+the store in one transaction before anything else happens with them; then the case folder gets
+the values value search chose and its `verdicts.json`, and the scheduler is paid 1 if the test
+showed new behaviour.
+
+Why this order: a campaign killed at any moment (Ctrl-C, SIGKILL, power) loses only the
+verdicts of the tests in flight, and `--resume` runs those again from their folders. The seed
+counter is stored before a seed is used, so a resumed campaign never regenerates a program it
+already ran. Elapsed time accumulates across runs, so the budget is the campaign's, not a run's.
+
+Around the loop: a lock file (`lock.py`) so two campaigns never share a folder; a start-up check
+that the folder is writable and the disk has room; a triage thread that reduces and clusters
+findings as they come (sharing the local workers); a stats row every ~10 s; the live status;
+the summary and HTML report (written by `agent/summary.py` and `agent/report_html.py`) at the end
+and every `report_every_s`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections import Counter, deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from nnforge.agent.campaign_store import CampaignStore, QueuedTest
+from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
+from nnforge.agent.lock import CampaignLock, CampaignLocked
+from nnforge.agent.scheduler import SEED, Arm, Scheduler
+from nnforge.agent.status import StatusDisplay, StatusSnapshot
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+
+CASES_SUBDIR = "cases"
+PROBE_MB = 4
+MAX_DRAWS_PER_SLOT = 6  # attempts to make a new test before waiting for a result
+EXHAUSTED_AFTER = 20  # consecutive duplicates after which an arm is retired (history seeds all run)
+
+
+class CampaignSetupError(RuntimeError):
+    """The campaign cannot start (folder, disk, configuration); the message says why. Exit 2."""
+
+
+class CampaignDiskFull(RuntimeError):
+    """The disk filled up during the campaign: it stopped, keeping everything recorded so far."""
+
+
+# -- configuration --------------------------------------------------------------------------------------------
+_BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([hms]?)")
+
+
+def parse_budget(text: str) -> float:
+    """"60s", "10m", "8h", "1h30m", "90" (seconds) → seconds."""
+    s = text.strip().lower().replace(" ", "")
+    if not s:
+        raise ValueError("empty budget")
+    pos, total = 0, 0.0
+    for m in _BUDGET_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or total <= 0:
+        raise ValueError(f"cannot read budget {text!r}: use e.g. 60s, 10m, 8h or 1h30m")
+    return total
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    out: str
+    budget_s: float
+    targets: tuple[str, ...] = ("inductor", "ort", "tvm")
+    workers: int = 2
+    llm: str = "none"
+    seeds: tuple[str, ...] = ("generator",)  # "generator", "history:DIR"
+    mutate_prob: float = 0.5
+    nodes: int = 8
+    seed: int = 0  # first generator seed and the scheduler's random seed
+    triage: bool = True
+    triage_budget_s: float = 60.0  # per finding's reduction
+    triage_max_queries: int = 60
+    executor: str = "local"
+    address: str | None = None
+    timeout_s: float = 60.0
+    memory_mb: int = 6000
+    value_search_budget_ms: float = 200.0
+    min_free_mb: int = 200
+    stats_every_s: float = 10.0
+    report_every_s: float = 300.0
+    drain_s: float = 15.0  # at the end of the budget, how long tests in flight may finish
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["targets"], d["seeds"] = list(self.targets), list(self.seeds)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CampaignConfig":
+        known = {f for f in cls.__dataclass_fields__}
+        d = {k: v for k, v in d.items() if k in known}
+        d["targets"], d["seeds"] = tuple(d.get("targets", ())), tuple(d.get("seeds", ()))
+        return cls(**d)
+
+
+def preflight(out: Path, min_free_mb: int, probe_mb: int = PROBE_MB) -> None:
+    """Create `out`, write and fsync a probe file, check free space: CampaignSetupError if any fails."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CampaignSetupError(f"cannot create the campaign folder {out}: {e.strerror or e}") from e
+    probe = out / f".nnforge-write-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(probe_mb):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise CampaignSetupError(f"cannot write to the campaign folder {out}: {e.strerror or e}") from e
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+    free_mb = shutil.disk_usage(out).free / 2**20
+    if free_mb < min_free_mb:
+        raise CampaignSetupError(
+            f"only {free_mb:.0f} MB free on the disk holding {out}; a campaign needs at least {min_free_mb} MB "
+            f"(NNFORGE_CAMPAIGN_MIN_FREE_MB): free some space or choose another -o")
+
+
+def _is_disk_full(e: BaseException) -> bool:
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+
+
+# -- seed sources -----------------------------------------------------------------------------------------------
+class GeneratorSource:
+    """The solver generator: seed numbers come from the store's counter, never reused."""
+
+    name = "generator"
+
+    def __init__(self, store: CampaignStore, cfg: CampaignConfig):
+        self.store, self.cfg = store, cfg
+        stored = store.get_meta("campaign_next_seed")
+        self.next_seed = int(stored) if stored is not None else cfg.seed
+
+    def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
+        from nnforge.generator.engine import GeneratorConfig
+        from nnforge.generator.seeds import generate_case
+        from nnforge.oracle.backend import parse_target
+
+        n = self.next_seed
+        self.next_seed += 1
+        self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
+        onnx = parse_target(target).spec.family == "onnx"
+        case, _ = generate_case(GeneratorConfig(n_nodes=self.cfg.nodes, seed=n, onnx_only=onnx))
+        return case, n
+
+
+class HistorySource:
+    """Seeds mined from a compiler's history (`nnforge history mine/ingest`)."""
+
+    name = "history"
+
+    def __init__(self, folders: list[str]):
+        from nnforge.generator.history_seeds import load_history_seeds
+
+        self.cases: list[TestCase] = []
+        for folder in folders:
+            self.cases += load_history_seeds(folder)
+        if not self.cases:
+            raise CampaignSetupError(f"no runnable history seeds in {', '.join(folders)}")
+
+    def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
+        i = rng.randrange(len(self.cases))
+        return self.cases[i], i
+
+
+def history_prior(folders: list[str]) -> dict[str, float]:
+    """The category mix of the history behind the seeds (empty when unknown or unavailable)."""
+    try:
+        from nnforge.generator.history_seeds import category_prior
+    except ImportError:
+        return {}
+    mix: Counter[str] = Counter()
+    for folder in folders:
+        for cat, share in category_prior(folder).items():
+            mix[cat] += share / max(len(folders), 1)
+    return dict(mix)
+
+
+# -- behaviour: what counts as new -------------------------------------------------------------------------------
+def behaviours_of(result: Any, case: TestCase) -> list[str]:
+    """Everything about a test that the scheduler rewards when it is new (see scheduler.py)."""
+    out = []
+    for v in result.verdicts:
+        if v.is_bug:
+            out.append("sig:" + _signature_digest(v, case))
+        for reason in _compiler_notes(v, result):
+            out.append(reason)
+    return out
+
+
+def _signature_digest(v: Verdict, case: TestCase) -> str:
+    try:
+        from nnforge.triage.signature import signature_of
+
+        return signature_of(v, case).digest
+    except Exception:  # the triage helpers missing or the program unparsable: a coarse key
+        return "|".join(str(x) for x in (v.target, v.symptom.value, v.rung, v.exc_type))
+
+
+def _compiler_notes(v: Verdict, result: Any) -> list[str]:
+    """Graph-break and recompile reasons, when the oracle reports them (normalised)."""
+    notes = []
+    sources = [getattr(v, "graph_breaks", None), getattr(v, "recompiles", None)]
+    ref = result.reference or {}
+    sources += [ref.get("graph_breaks"), ref.get("recompiles")]
+    for kind, items in zip(("gb", "rc", "gb", "rc"), sources):
+        for item in items or ():
+            notes.append(f"{kind}:{_normalise(str(item))}")
+    return notes
+
+
+def _normalise(text: str) -> str:
+    try:
+        from nnforge.triage.normalize import normalize_message
+
+        return normalize_message(text)[:200]
+    except Exception:
+        return re.sub(r"\d+", "N", text)[:200]
+
+
+def coverage_lines(result: Any) -> set[str]:
+    """Compiler lines the test covered, when coverage is on: the result's `coverage` as a set of
+    "file:line" strings or a {file: [lines]} mapping (empty when there is none)."""
+    cov = getattr(result, "coverage", None)
+    if cov is None and isinstance(getattr(result, "reference", None), dict):
+        cov = result.reference.get("coverage")
+    if not cov:
+        return set()
+    if isinstance(cov, dict):
+        return {f"{f}:{n}" for f, lines in cov.items() for n in lines}
+    return {str(x) for x in cov}
+
+
+# -- the campaign ------------------------------------------------------------------------------------------------
+@dataclass
+class _Counters:
+    made: int = 0
+    duplicates: int = 0
+    mutate_failed: int = 0
+    generate_failed: int = 0
+    executor_errors: int = 0
+    requeued: int = 0
+    lost: int = 0
+    novel: int = 0
+
+
+@dataclass
+class CampaignOutcome:
+    folder: Path
+    reason: str  # "budget" | "interrupted" | "disk full"
+    tests_this_run: int
+    tests_total: int
+    elapsed_s: float
+    run_s: float
+    findings: int
+    clusters: int
+    health: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class Campaign:
+    """`Campaign(cfg).run()` or `Campaign.resume(dir).run()`; raises CampaignSetupError / CampaignLocked."""
+
+    def __init__(self, cfg: CampaignConfig, *, resume: bool = False, budget_override_s: float | None = None,
+                 display: StatusDisplay | None = None, ray_init_kwargs: dict[str, Any] | None = None):
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.resuming = resume
+        self.budget_override_s = budget_override_s
+        self.display = display or StatusDisplay()
+        self.ray_init_kwargs = ray_init_kwargs
+        self.counters = _Counters()
+        self._stop = threading.Event()
+        self._interrupts = 0
+        self.covered: set[str] = set()
+        self.coverage_seen = False
+
+    # -- setup --------------------------------------------------------------------------------------------
+    def _open(self) -> None:
+        from nnforge.oracle.backend import parse_target
+
+        preflight(self.out, self.cfg.min_free_mb)
+        self.lock = CampaignLock(self.out)
+        self.lock.acquire()  # CampaignLocked propagates: "DIR is in use by campaign pid N ..."
+        try:
+            self.store = CampaignStore(self.out)
+            saved = self.store.get_json("campaign_config")
+            if self.resuming:
+                if saved is None:
+                    raise CampaignSetupError(f"{self.out} holds no campaign to resume (no campaign_config in its store)")
+                cfg = CampaignConfig.from_json({**saved, "out": str(self.out)})
+                overrides = {k: v for k, v in self._resume_overrides.items() if v is not None}
+                self.cfg = replace(cfg, **overrides)
+                if self.budget_override_s is not None:
+                    self.cfg = replace(self.cfg, budget_s=self.budget_override_s)
+            elif saved is not None:
+                raise CampaignSetupError(f"{self.out} already holds a campaign; continue it with "
+                                         f"`nnforge campaign --resume {self.out}` or choose another -o")
+            for t in self.cfg.targets:
+                try:
+                    parse_target(t)
+                except ValueError as e:
+                    raise CampaignSetupError(str(e)) from e
+            self.store.set_json("campaign_config", self.cfg.to_json())
+            if self.store.get_meta("campaign_started") is None:
+                self.store.set_meta("campaign_started", str(time.time()))
+            self.elapsed_base = float(self.store.get_meta("campaign_elapsed_s") or 0.0)
+            self.runs = self.store.get_json("campaign_runs", []) or []
+            self.runs.append({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
+                              "resumed": self.resuming, "elapsed_at_start": self.elapsed_base})
+            self.store.set_json("campaign_runs", self.runs)
+            self.store.set_meta("campaign_status", "running")
+            self._build()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    _resume_overrides: dict[str, Any] = {}
+
+    def _build(self) -> None:
+        from nnforge.mutators.base import CATEGORIES, all_mutators
+
+        cfg = self.cfg
+        self.rng = random.Random(cfg.seed + len(self.runs) * 7919)
+        self.sources: dict[str, Any] = {}
+        history_dirs = []
+        for spec in cfg.seeds:
+            kind, _, arg = spec.partition(":")
+            if kind == "generator":
+                self.sources["generator"] = GeneratorSource(self.store, cfg)
+            elif kind == "history":
+                if not arg:
+                    raise CampaignSetupError("--seeds history:DIR needs the folder (history:seeds/)")
+                history_dirs.append(arg)
+            else:
+                raise CampaignSetupError(f"unknown seed source {spec!r}; use generator and/or history:DIR")
+        if history_dirs:
+            try:
+                self.sources["history"] = HistorySource(history_dirs)
+            except FileNotFoundError as e:
+                raise CampaignSetupError(str(e)) from e
+        if not self.sources:
+            raise CampaignSetupError("no seed source: --seeds generator[,history:DIR]")
+        self.llm_mutators: dict[str, Any] = {}
+        if cfg.llm not in ("none", "openai"):
+            raise CampaignSetupError(f"--llm {cfg.llm!r}: use none or openai")
+        offline = all_mutators()
+        if cfg.llm == "openai":
+            self.llm_mutators = self._make_llm_mutators()
+            categories = list(CATEGORIES)
+        else:
+            categories = [c for c in CATEGORIES if any(m.category == c for m in offline.values())]
+        self.offline = offline
+        self.scheduler = Scheduler(list(self.sources), categories if cfg.mutate_prob > 0 else [], cfg.targets,
+                                   prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed)
+        state = self.store.get_json("scheduler_state")
+        if state:
+            self.scheduler.restore(state)
+        self.exhausted: set[str] = set()
+        self._dup_streak: Counter[str] = Counter()
+        self.next_test_no = self.store.max_test_no() + 1
+
+    def _make_llm_mutators(self) -> dict[str, Any]:
+        from nnforge.core.llm import LLMClient
+        from nnforge.core.settings import load_settings
+        from nnforge.mutators.examples import ExampleBank
+        from nnforge.mutators.llm import llm_mutators
+
+        settings = load_settings(llm_provider="openai")
+        client = LLMClient.from_settings(settings)
+        bank = ExampleBank(settings.llm_cache_dir)
+        return llm_mutators(client, bank=bank, max_repairs=settings.llm_max_repairs)
+
+    # -- time -----------------------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return self.elapsed_base + (time.monotonic() - self.run_t0)
+
+    # -- signals --------------------------------------------------------------------------------------------
+    def request_stop(self, why: str = "") -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self.display.event(f"stopping{': ' + why if why else ''}; tests in flight get a few seconds "
+                               f"(Ctrl-C again to stop at once; --resume continues)")
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._interrupts += 1
+        if self._interrupts > 1:
+            raise KeyboardInterrupt
+        self.request_stop(signal.Signals(signum).name)
+
+    # -- making tests -----------------------------------------------------------------------------------------
+    def _next_test(self) -> tuple[QueuedTest, TestCase] | None:
+        arm = self.scheduler.pick(exclude=self.exhausted)
+        source = self.sources[arm.source]
+        t0 = time.perf_counter()
+        try:
+            seed_case, seed_no = source.draw(arm.target, self.rng)
+        except Exception as e:
+            if _is_disk_full(e):
+                raise
+            self.counters.generate_failed += 1
+            self.display.event(f"seed source {arm.source} failed: {type(e).__name__}: {e}")
+            return None
+        t_gen = time.perf_counter() - t0
+        case, mutator_name, t_mut = seed_case, None, 0.0
+        if arm.mutates:
+            t1 = time.perf_counter()
+            mutant = self._mutate(seed_case, arm.category)
+            t_mut = time.perf_counter() - t1
+            if mutant is None:
+                self.counters.mutate_failed += 1
+                self.scheduler.reward(arm, 0.0)  # the arm could not make a test from this seed
+                return None
+            case = mutant
+            mutator_name = str(mutant.meta.get("mutator") or arm.category)
+        if self.store.has_test(case.case_id, arm.target):
+            self.counters.duplicates += 1
+            self._dup_streak[arm.key] += 1
+            if self._dup_streak[arm.key] >= EXHAUSTED_AFTER:
+                self.exhausted.add(arm.key)
+            return None
+        self._dup_streak[arm.key] = 0
+        folder = self.out / CASES_SUBDIR / case.case_id
+        case.save(folder)  # before the test runs: a kill loses only the verdict
+        test = QueuedTest(test_no=self.next_test_no, case_id=case.case_id, target=arm.target, folder=str(folder),
+                          source=arm.source, mutator=mutator_name, category=arm.category, arm=arm.key,
+                          seed_no=seed_no, t_generate=round(t_gen, 4), t_mutate=round(t_mut, 4))
+        self.store.enqueue(test)
+        self.next_test_no += 1
+        self.counters.made += 1
+        return test, case
+
+    def _mutate(self, case: TestCase, category: str) -> TestCase | None:
+        probe = self._probe()
+        if category in self.llm_mutators:
+            m = self.llm_mutators[category]
+            try:
+                return m.mutate(case, self.rng, probe) if m.applicable(case) else None
+            except Exception as e:
+                self.display.event(f"LLM mutator {category} failed: {type(e).__name__}: {e}")
+                return None
+        options = [m for m in self.offline.values() if m.category == category]
+        self.rng.shuffle(options)
+        for m in options:
+            try:
+                if not m.applicable(case):
+                    continue
+                mutant = m.mutate(case, self.rng, probe if m.uses_probe else None)
+            except Exception:  # a mutator bug must not stop the campaign
+                continue
+            if mutant is not None:
+                return mutant
+        return None
+
+    def _probe(self) -> Callable[[TestCase], bool] | None:
+        pool = self.executor.local_pool()
+        if pool is None:
+            return None
+        from nnforge.mutators.validate import eager_probe
+
+        return eager_probe(pool.call, timeout_s=min(self.cfg.timeout_s, 30.0))
+
+    def _load_pending(self) -> deque[tuple[QueuedTest, TestCase]]:
+        out: deque[tuple[QueuedTest, TestCase]] = deque()
+        for test in self.store.pending():
+            try:
+                case = TestCase.load(test.folder)
+            except Exception as e:
+                self.counters.lost += 1
+                self.display.event(f"test {test.test_no} ({test.folder}) cannot be rerun: {type(e).__name__}: {e}")
+                continue
+            out.append((test, case))
+        if out:
+            self.counters.requeued = len(out)
+            self.display.event(f"resuming: {len(out)} test(s) that were in flight run again")
+        return out
+
+    # -- judging ----------------------------------------------------------------------------------------------
+    def _handle(self, test: QueuedTest, case: TestCase, done: ExecResult) -> None:
+        result = done.result
+        verdict = next((v for v in result.verdicts if v.target == test.target), result.verdicts[0])
+        behaviours = behaviours_of(result, case)
+        new = self.scheduler.novel(behaviours)
+        lines = coverage_lines(result)
+        if lines:
+            self.coverage_seen = True
+            fresh = lines - self.covered
+            self.covered |= fresh
+            if fresh:
+                new.append(f"cov:{len(fresh)}")
+        t_search = float(result.timings.get("prepare_s", 0.0))
+        finding_id = self.store.record_verdict(test, verdict, t_search=round(t_search, 4),
+                                               t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
+                                               elapsed_s=round(self.elapsed(), 2), novel=bool(new))
+        self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
+        self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
+        if new:
+            self.counters.novel += 1
+            self.last_new = time.monotonic()
+        self.tests_this_run += 1
+        self._save_case_result(test, result, verdict)
+        if finding_id is not None:
+            self.display.event(f"finding {finding_id}: {verdict.symptom.value} on {verdict.target} "
+                               f"(rung {verdict.rung or '-'}, {test.category}"
+                               f"{'/' + test.mutator if test.mutator else ''}) case {test.folder}")
+            if self.triage is not None:
+                self.triage.wake()
+
+    def _save_case_result(self, test: QueuedTest, result: Any, verdict: Verdict) -> None:
+        folder = Path(test.folder)
+        if result.values_chosen and result.case.inputs is not None:
+            result.case.save(folder)
+        path = folder / "verdicts.json"
+        items: list[dict[str, Any]] = []
+        if path.is_file():
+            try:
+                old = json.loads(path.read_text())
+                items = [v for v in (old if isinstance(old, list) else []) if v.get("target") != verdict.target]
+            except (ValueError, AttributeError):
+                items = []
+        items.append(verdict.to_json())
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(items, indent=2, default=str))
+        os.replace(tmp, path)
+
+    # -- stats and status -------------------------------------------------------------------------------------
+    def _health(self) -> dict[str, Any]:
+        h = dict(self.executor.health())
+        for k, base in self.health_base.items():
+            if isinstance(h.get(k), int):
+                h[k] += base
+        return h
+
+    def _snapshot(self, in_flight: int) -> StatusSnapshot:
+        tests = self.store.tests_count()
+        return StatusSnapshot(
+            elapsed_s=self.elapsed(), budget_s=self.cfg.budget_s, tests=tests, tests_per_min=self._rate(tests),
+            in_flight=in_flight, verdicts=self.store.verdict_counts(), findings=self.store.findings_count(),
+            clusters=self.store.clusters_count(), latest_finding=self.store.latest_finding(),
+            last_new_s=None if self.last_new is None else time.monotonic() - self.last_new,
+            health=self._health(), top_arms=self.scheduler.summary(6),
+            triage=self.triage.describe() if self.triage is not None else "off (run `nnforge triage DIR`)")
+
+    def _rate(self, tests: int) -> float:
+        now = self.elapsed()
+        self._rate_window.append((now, tests))
+        while len(self._rate_window) > 2 and now - self._rate_window[0][0] > 120:
+            self._rate_window.popleft()
+        t0, n0 = self._rate_window[0]
+        if now - t0 >= 20:
+            return 60.0 * (tests - n0) / (now - t0)
+        run_min = (time.monotonic() - self.run_t0) / 60
+        return self.tests_this_run / run_min if run_min > 0 else 0.0
+
+    def _write_stats(self, in_flight: int) -> None:
+        snap = self._snapshot(in_flight)
+        h = snap.health
+        counts = snap.verdicts
+        invalid = sum(c.get("invalid", 0) for c in counts.values())
+        row = {"ts": time.time(), "elapsed_s": round(snap.elapsed_s, 2), "tests": snap.tests,
+               "tests_per_min": round(snap.tests_per_min, 3), "bugs": snap.findings, "clusters": snap.clusters,
+               "invalid": invalid, "worker_restarts": h.get("restarts", 0), "timeouts": h.get("timeouts", 0),
+               "segfaults": h.get("segfaults", 0), "rss_mb": h.get("rss_mb", 0.0),
+               "covered_lines": len(self.covered) if self.coverage_seen else None,
+               "json": {"verdicts": counts, "health": h, "in_flight": in_flight, "tests_this_run": self.tests_this_run,
+                        "counters": asdict(self.counters), "top_arms": snap.top_arms, "workers": self.cfg.workers,
+                        "executor": self.cfg.executor, "run": len(self.runs)}}
+        self.store.add_stats(row)
+        self.store.set_json("scheduler_state", self.scheduler.to_json())
+        self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
+        self.display.update(snap, force=True)
+
+    def _write_reports(self) -> dict[str, str]:
+        """The summary and HTML report, when their writers are installed; failures are reported, not raised."""
+        files = {}
+        for mod, func, key in (("nnforge.agent.summary", "write_summary", "summary"),
+                               ("nnforge.agent.report_html", "write_report", "report")):
+            try:
+                writer = getattr(__import__(mod, fromlist=[func]), func)
+            except (ImportError, AttributeError):
+                continue
+            try:
+                files[key] = str(writer(self.out, self.store))
+            except Exception as e:
+                self.display.event(f"{mod}.{func} failed: {type(e).__name__}: {e}")
+        return files
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def run(self) -> CampaignOutcome:
+        self._open()
+        self.run_t0 = time.monotonic()
+        self.tests_this_run = 0
+        self.last_new: float | None = None
+        self._rate_window: deque[tuple[float, int]] = deque()
+        self.triage: TriageThread | None = None
+        last = self.store.stats_rows()[-1:] if self.resuming else []
+        prev = last[0]["json"].get("health", {}) if last else {}
+        self.health_base = {k: int(prev.get(k, 0)) for k in ("restarts", "timeouts", "segfaults", "ooms", "calls")}
+        reason = "budget"
+        installed = []
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                installed.append((sig, signal.signal(sig, self._on_signal)))
+        self.display.start()
+        try:
+            self.executor = make_executor(self.cfg.executor, ExecutorConfig(
+                workers=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
+                value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=_inductor_cache_dir()),
+                address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
+            try:
+                if self.cfg.triage:
+                    self.triage = TriageThread(self.out, self.executor.local_pool(), self.cfg, self.display.event)
+                    self.triage.start()
+                self.display.event(f"campaign {'resumed' if self.resuming else 'started'} in {self.out}: "
+                                   f"{self.cfg.budget_s:.0f} s budget ({self.elapsed_base:.0f} s used), targets "
+                                   f"{','.join(self.cfg.targets)}, {self.cfg.workers} {self.cfg.executor} workers")
+                reason = self._loop()
+            finally:
+                if self.triage is not None:
+                    self.triage.stop(wait_s=3.0)
+                self.executor.close()
+                if self.triage is not None:
+                    self.triage.stop(wait_s=10.0)
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        finally:
+            for sig, old in installed:
+                signal.signal(sig, old)
+            outcome = self._finish(reason)
+            self.display.stop()
+        return outcome
+
+    def _loop(self) -> str:
+        pending = self._load_pending()
+        in_flight: dict[Future[ExecResult], tuple[QueuedTest, TestCase]] = {}
+        next_stats = time.monotonic()
+        next_report = time.monotonic() + self.cfg.report_every_s
+        drain_until: float | None = None
+        reason = "budget"
+        try:
+            while True:
+                accepting = not self._stop.is_set() and self.elapsed() < self.cfg.budget_s
+                if accepting:
+                    draws = 0
+                    while len(in_flight) < self.executor.size and draws < MAX_DRAWS_PER_SLOT:
+                        item = pending.popleft() if pending else self._next_test()
+                        draws += 1
+                        if item is not None:
+                            in_flight[self.executor.submit(item[1], item[0].target)] = item
+                elif drain_until is None:
+                    reason = "interrupted" if self._stop.is_set() else "budget"
+                    grace = 3.0 if self._stop.is_set() else self.cfg.drain_s
+                    drain_until = time.monotonic() + grace
+                    if in_flight:
+                        self.display.event(f"{'stopping' if self._stop.is_set() else 'budget spent'}: waiting up to "
+                                           f"{grace:.0f} s for {len(in_flight)} test(s) in flight")
+                if not in_flight and not accepting:
+                    break
+                if drain_until is not None and time.monotonic() > drain_until:
+                    if in_flight:
+                        self.display.event(f"{len(in_flight)} test(s) still in flight stay queued for --resume")
+                    break
+                if in_flight:
+                    done, _ = wait(list(in_flight), timeout=0.5, return_when=FIRST_COMPLETED)
+                else:
+                    done = set()
+                    time.sleep(0.2)
+                for fut in done:
+                    test, case = in_flight.pop(fut)
+                    try:
+                        exec_result = fut.result()
+                    except Exception as e:
+                        if self._stop.is_set() or drain_until is not None:
+                            continue
+                        self.counters.executor_errors += 1
+                        self.display.event(f"test {test.test_no} failed in the executor ({type(e).__name__}: {e}); "
+                                           f"it stays queued for --resume")
+                        continue
+                    self._handle(test, case, exec_result)
+                now = time.monotonic()
+                if now >= next_stats:
+                    self._write_stats(len(in_flight))
+                    next_stats = now + self.cfg.stats_every_s
+                elif self.display.live_mode:
+                    self.display.update(self._snapshot(len(in_flight)))
+                if now >= next_report:
+                    self._write_reports()
+                    next_report = now + self.cfg.report_every_s
+        except Exception as e:
+            if _is_disk_full(e):
+                self.display.event(f"the disk holding {self.out} is full ({e}); the campaign stops here, "
+                                   f"everything recorded so far is kept: free space and --resume")
+                return "disk full"
+            raise
+        return reason
+
+    def _finish(self, reason: str) -> CampaignOutcome:
+        files: dict[str, str] = {}
+        health: dict[str, Any] = {}
+        try:
+            if hasattr(self, "executor"):
+                health = self._health()
+                self._write_stats(0)
+            self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
+            self.store.set_json("scheduler_state", self.scheduler.to_json())
+            self.runs[-1].update({"ended": time.time(), "reason": reason, "tests": self.tests_this_run,
+                                  "elapsed_at_end": round(self.elapsed(), 2)})
+            self.store.set_json("campaign_runs", self.runs)
+            self.store.set_meta("campaign_status", "finished" if reason == "budget" else "interrupted")
+            files = self._write_reports()
+        except Exception as e:
+            self.display.event(f"could not finish the store cleanly: {type(e).__name__}: {e}")
+        outcome = CampaignOutcome(folder=self.out, reason=reason, tests_this_run=self.tests_this_run,
+                                  tests_total=self.store.tests_count(), elapsed_s=self.elapsed(),
+                                  run_s=time.monotonic() - self.run_t0, findings=self.store.findings_count(),
+                                  clusters=self.store.clusters_count(), health=health, files=files)
+        self.store.close()
+        self.lock.release()
+        return outcome
+
+    # -- constructors ----------------------------------------------------------------------------------------
+    @classmethod
+    def resume(cls, folder: str | os.PathLike, *, budget_s: float | None = None,
+               display: StatusDisplay | None = None, overrides: dict[str, Any] | None = None,
+               ray_init_kwargs: dict[str, Any] | None = None) -> "Campaign":
+        """The campaign stored in `folder`, to continue (`budget_s`: a new total budget)."""
+        c = cls(CampaignConfig(out=str(folder), budget_s=budget_s or 1.0), resume=True, budget_override_s=budget_s,
+                display=display, ray_init_kwargs=ray_init_kwargs)
+        c._resume_overrides = dict(overrides or {})
+        return c
+
+
+def _inductor_cache_dir() -> str:
+    from nnforge.core.settings import load_settings
+
+    return load_settings().inductor_cache_dir
+
+
+# -- triage as findings come -------------------------------------------------------------------------------------
+class TriageThread(threading.Thread):
+    """Reduces and clusters new findings in the background, one at a time, through the triage
+    code of `nnforge triage` (agent/cmd_triage.py), with a small budget per finding.
+
+    A crash-like finding whose unreduced signature is already a cluster's joins it without
+    reduction (the crash location does not change when the program shrinks), so a bug hit a
+    thousand times costs one reduction. It has its own store connection (SQLite connections are
+    per thread) and shares the local workers when the executor has some (else one of its own).
+    Findings it could not triage stay `new` for `nnforge triage DIR`.
+    """
+
+    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None]):
+        super().__init__(name="nnforge-triage", daemon=True)
+        self.out, self.shared_pool, self.cfg, self.log = out, pool, cfg, log
+        self._stop_event = threading.Event()
+        self._wake = threading.Event()
+        self.done = 0
+        self.failed = 0
+        self.known = 0
+        self.current: str = ""
+        self._attempted: set[int] = set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, wait_s: float) -> None:
+        self._stop_event.set()
+        self._wake.set()
+        self.join(timeout=wait_s)
+
+    def describe(self) -> str:
+        doing = f", now {self.current}" if self.current else ""
+        return f"{self.done} triaged ({self.known} joined a known cluster at once), {self.failed} failed{doing}"
+
+    def run(self) -> None:
+        try:
+            from nnforge.agent import cmd_triage
+            from nnforge.core.settings import load_settings
+        except Exception as e:  # the triage code is missing or broken: leave it to `nnforge triage`
+            self.log(f"triage unavailable ({type(e).__name__}: {e}); findings stay for `nnforge triage {self.out}`")
+            return
+        triage_one = getattr(cmd_triage, "_triage_one", None)
+        settings = load_settings()
+        store = CampaignStore(self.out)
+        own_pool = None
+        try:
+            while not self._stop_event.is_set():
+                self._wake.wait(timeout=5.0)
+                self._wake.clear()
+                for finding in store.new_findings():
+                    if self._stop_event.is_set():
+                        break
+                    if finding.finding_id in self._attempted:
+                        continue
+                    self._attempted.add(finding.finding_id)
+                    if self._join_known(store, finding):
+                        continue
+                    pool = self.shared_pool
+                    if pool is None:
+                        if own_pool is None:
+                            from nnforge.oracle.sandbox import WorkerPool
+
+                            own_pool = WorkerPool(size=1, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb)
+                        pool = own_pool
+                    self.current = f"finding {finding.finding_id}"
+                    try:
+                        if triage_one is not None:
+                            from nnforge.triage.cluster import DEFAULT_THRESHOLD
+
+                            o = triage_one(store, pool, self.out, finding, settings=settings, reduce=True,
+                                           budget_s=self.cfg.triage_budget_s, max_queries=self.cfg.triage_max_queries,
+                                           threshold=DEFAULT_THRESHOLD, use_llm=self.cfg.llm != "none",
+                                           log=lambda s: None)
+                            self.done += 1
+                            self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id}"
+                                     f"{' (new)' if o.is_new_cluster else ''}")
+                        else:
+                            cmd_triage.triage_findings(store, pool, self.out, settings=settings,
+                                                       budget_s=self.cfg.triage_budget_s,
+                                                       max_queries=self.cfg.triage_max_queries,
+                                                       use_llm=self.cfg.llm != "none")
+                            self.done += 1
+                    except Exception as e:
+                        self.failed += 1
+                        if not self._stop_event.is_set():
+                            store.mark_failed(finding.finding_id, f"{type(e).__name__}: {e}")
+                            self.log(f"triage of finding {finding.finding_id} failed ({type(e).__name__}: {e}); "
+                                     f"`nnforge triage {self.out}` will retry it")
+                    finally:
+                        self.current = ""
+        finally:
+            if own_pool is not None:
+                own_pool.close()
+            store.close()
+
+    def _join_known(self, store: CampaignStore, finding: Any) -> bool:
+        """A crash-like finding whose signature is already a cluster's: join it, no reduction."""
+        try:
+            from nnforge.agent.cmd_triage import write_cluster_folder
+            from nnforge.triage.signature import is_crash_like, signature_of
+
+            if not is_crash_like(finding.verdict.symptom) or not finding.case_folder:
+                return False
+            case = TestCase.load(finding.case_folder, with_values=False)
+            sig = signature_of(finding.verdict, case)
+            if store.cluster(sig.digest) is None or store.cluster(sig.digest).cluster_id != sig.digest:
+                return False
+            cluster = store.assign_cluster(finding.finding_id, sig.digest, sig, title=store.cluster(sig.digest).title)
+            self.known += 1
+            self.done += 1
+            if cluster.count in (2, 5, 10, 50) or cluster.count % 100 == 0:  # keep the folder's count roughly current
+                write_cluster_folder(store, self.out, cluster, use_llm=False)
+            return True
+        except Exception:
+            return False

@@ -1,0 +1,114 @@
+"""`nnforge campaign`: run a fuzzing campaign into a folder, or resume one.
+
+    nnforge campaign --budget 8h --targets inductor,ort,tvm --workers 2 --llm none -o DIR
+    nnforge campaign --resume DIR                  # after Ctrl-C or a kill: continue, same budget
+    nnforge campaign --resume DIR --budget 10h     # ... with a new total budget
+
+DIR receives store.sqlite (every test, finding, cluster, the stats timeline, the scheduler's
+state), cases/<case_id>/ (every case run), findings/<cluster>/ (repro.py, report.md, case/;
+written by triage as findings come, or later by `nnforge triage DIR`), summary.md and
+report.html. A live panel shows progress on a terminal; off a terminal, plain lines.
+
+Exit status: 0 the budget was spent or the campaign was interrupted cleanly (resume it), 2 it
+could not start (unwritable folder, too little disk space, a folder in use by another campaign,
+bad options), 3 the disk filled up during the run (everything recorded is kept).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from nnforge.agent.cli import app
+from nnforge.core.settings import load_settings
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+@app.command()
+def campaign(
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget: 60s, 10m, 8h, 1h30m. With "
+                                                               "--resume: the new total (default: the stored one)."),
+    targets: str = typer.Option("inductor,ort,tvm", "--targets", help="Comma-separated targets."),
+    workers: int = typer.Option(2, "--workers", help="Sandboxed workers (tests run in parallel)."),
+    llm: str = typer.Option("none", "--llm", help="none (offline mutators) or openai (LLM mutators, settings' endpoint)."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="The campaign folder (new)."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
+    seeds: str = typer.Option("generator", "--seeds", help="Seed sources: generator[,history:DIR]."),
+    mutate_prob: float = typer.Option(0.5, "--mutate-prob", help="Share of tests that are mutants (the rest: plain seeds)."),
+    nodes: int = typer.Option(8, "--nodes", help="Operators per generated program."),
+    seed: int = typer.Option(0, "--seed", help="First generator seed; also seeds the scheduler."),
+    triage: bool = typer.Option(True, "--triage/--no-triage", help="Reduce and cluster findings as they come."),
+    triage_budget_s: float = typer.Option(60.0, "--triage-budget-s", help="Seconds per finding's reduction."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per worker call (default: NNFORGE_WORKER_TIMEOUT_S)."),
+    report_every: float = typer.Option(300.0, "--report-every", help="Seconds between summary/report rewrites."),
+    plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
+) -> None:
+    """Fuzz the targets for a time budget: generate, mutate, judge, triage, report."""
+    from nnforge.agent.campaign import (Campaign, CampaignConfig, CampaignSetupError, parse_budget)
+    from nnforge.agent.lock import CampaignLocked
+    from nnforge.agent.status import StatusDisplay
+
+    console = Console()
+    err = Console(stderr=True)
+    settings = load_settings()
+
+    def fail(msg: str) -> None:
+        err.print(f"[red]{msg}[/red]", soft_wrap=True, highlight=False)
+        raise typer.Exit(2)
+
+    if (output is None) == (resume is None):
+        fail("give either -o DIR (a new campaign) or --resume DIR (continue one)")
+    try:
+        budget_s = parse_budget(budget) if budget is not None else None
+    except ValueError as e:
+        fail(str(e))
+    if executor not in ("local", "ray"):
+        fail(f"--executor {executor!r}: use local or ray")
+    if workers < 1:
+        fail("--workers must be at least 1")
+    if not 0.0 <= mutate_prob <= 1.0:
+        fail("--mutate-prob must be between 0 and 1")
+    display = StatusDisplay(console, live=False if plain else None)
+    if resume is not None:
+        run = Campaign.resume(resume, budget_s=budget_s, display=display,
+                              overrides={"min_free_mb": settings.campaign_min_free_mb})
+    else:
+        if budget_s is None:
+            fail("--budget is required for a new campaign (e.g. --budget 8h)")
+        cfg = CampaignConfig(
+            out=str(output), budget_s=float(budget_s), targets=_split(targets), workers=workers, llm=llm,
+            seeds=_split(seeds), mutate_prob=mutate_prob, nodes=nodes, seed=seed, triage=triage,
+            triage_budget_s=triage_budget_s, executor=executor, address=address,
+            timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
+            memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
+            min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every)
+        run = Campaign(cfg, display=display)
+    try:
+        outcome = run.run()
+    except (CampaignSetupError, CampaignLocked) as e:
+        fail(str(e))
+    except RuntimeError as e:  # e.g. --executor ray without ray installed
+        fail(f"the campaign could not start: {e}")
+    rate = 60.0 * outcome.tests_this_run / outcome.run_s if outcome.run_s > 0 else 0.0
+    console.print(f"campaign {outcome.reason}: {outcome.tests_this_run} tests this run ({rate:.1f}/min, "
+                  f"{rate / max(run.cfg.workers, 1):.1f}/min per worker), {outcome.tests_total} in all, "
+                  f"{outcome.findings} findings, {outcome.clusters} clusters, "
+                  f"{outcome.elapsed_s:.0f} s of {run.cfg.budget_s:.0f} s used", highlight=False)
+    h = outcome.health
+    if h:
+        console.print(f"workers: {h.get('restarts', 0)} restarts, {h.get('timeouts', 0)} timeouts, "
+                      f"{h.get('segfaults', 0)} segfaults, {h.get('ooms', 0)} ooms", highlight=False)
+    for name, path in outcome.files.items():
+        console.print(f"{name}: {path}", highlight=False)
+    console.print(f"store: {outcome.folder / 'store.sqlite'}; findings: {outcome.folder / 'findings'}", highlight=False)
+    if outcome.reason == "interrupted":
+        console.print(f"continue with: nnforge campaign --resume {outcome.folder}", highlight=False)
+    raise typer.Exit(3 if outcome.reason == "disk full" else 0)

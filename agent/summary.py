@@ -1,0 +1,132 @@
+"""`DIR/summary.md`: the campaign in one Markdown page (what ran, what it found, how healthy it was).
+
+Written at the end of a campaign (and whenever asked) from the store alone, so it can be rebuilt
+for an interrupted or older campaign. The HTML report (`report_html.py`) shows the same figures
+with plots; both read them through `report_data.load_view`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nnforge.agent.report_data import CampaignView, YieldRow, fmt_duration, fmt_time, load_view
+from nnforge.core.verdict import Symptom
+
+SUMMARY_FILE = "summary.md"
+MAX_ARMS = 30
+
+
+def write_summary(campaign_dir: Path, store: Any) -> Path:
+    """Write DIR/summary.md from `store` (a Store, or the campaign folder) and return its path."""
+    campaign_dir = Path(campaign_dir)
+    view = load_view(store, campaign_dir)
+    campaign_dir.mkdir(parents=True, exist_ok=True)
+    path = campaign_dir / SUMMARY_FILE
+    path.write_text(render_summary(view), encoding="utf-8")
+    return path
+
+
+def _md(s: Any) -> str:
+    """A table cell: no pipes or newlines."""
+    return str(s).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _yield_table(rows: tuple[YieldRow, ...], what: str) -> list[str]:
+    if not rows:
+        return [f"_no {what} recorded_"]
+    return _table([what, "tests", "bug verdicts", "bug rate", "clusters", "invalid"],
+                  [[r.key, r.tests, r.bugs, _pct(r.bug_rate), r.clusters, _pct(r.invalid_rate)] for r in rows])
+
+
+def render_summary(view: CampaignView) -> str:
+    health = view.health()
+    lines = [f"# NNForge campaign: {view.folder.name}", ""]
+    head = [
+        ("status", view.status or "-"),
+        ("started", fmt_time(view.started)),
+        ("duration", fmt_duration(view.elapsed_s)),
+        ("targets", ", ".join(view.targets) or "-"),
+        ("workers", view.workers),
+        ("tests", view.tests),
+        ("tests per minute", f"{view.tests_per_min:.1f} ({view.tests_per_min_per_worker:.1f} per worker)"),
+        ("bug verdicts", view.bugs),
+        ("unique bugs (clusters)", len(view.clusters)),
+        ("invalid", f"{view.invalid} ({_pct(view.invalid / view.tests) if view.tests else '0.0%'})"),
+        ("findings", f"{view.findings['total']} ({view.findings.get('triaged', 0)} triaged, "
+                     f"{view.findings.get('new', 0)} awaiting triage, {view.findings.get('failed', 0)} failed triage)"),
+    ]
+    if view.covered_lines is not None:
+        head.append(("compiler lines covered", view.covered_lines))
+    lines += [f"- **{k}**: {v}" for k, v in head]
+
+    lines += ["", "## Unique bugs (clusters)", ""]
+    if view.clusters:
+        lines += _table(["#", "cluster", "title", "findings", "targets", "first seen", "report"],
+                        [[i + 1, f"`{c.cluster_id[:12]}`", c.title, c.count, ", ".join(c.targets) or "-",
+                          "-" if c.first_seen_s is None else fmt_duration(c.first_seen_s),
+                          f"[report.md]({c.report})" if c.report else "not written yet"]
+                         for i, c in enumerate(view.clusters)])
+    else:
+        lines.append("_none found_")
+
+    lines += ["", "## Verdicts per target", ""]
+    if view.verdicts:
+        symptoms = [s.value for s in Symptom if any(s.value in v for v in view.verdicts.values())]
+        lines += _table(["target", "tests"] + symptoms,
+                        [[t, sum(c.values())] + [c.get(s, 0) for s in symptoms] for t, c in sorted(view.verdicts.items())])
+    else:
+        lines.append("_no tests recorded_")
+
+    lines += ["", "## Yield per category", ""] + _yield_table(view.by_category, "category")
+    lines += ["", "## Yield per target", ""] + _yield_table(view.by_target, "target")
+    if view.by_source:
+        lines += ["", "## Yield per seed source", ""] + _yield_table(view.by_source, "source")
+    if any(r.key != "(none)" for r in view.by_mutator):
+        lines += ["", "## Yield per mutator", ""] + _yield_table(view.by_mutator, "mutator")
+
+    lines += ["", "## Time per stage", ""]
+    total = sum(view.stage_seconds.values())
+    if total > 0:
+        lines += _table(["stage", "seconds", "share", "per test (ms)"],
+                        [[s, f"{v:.1f}", _pct(v / total), f"{1000 * v / max(1, view.tests):.0f}"]
+                         for s, v in view.stage_seconds.items()])
+    else:
+        lines.append("_no stage timings recorded_")
+
+    lines += ["", "## Scheduler", ""]
+    sched = view.scheduler
+    if sched is None:
+        lines.append("_no scheduler state recorded_")
+    else:
+        settings = ", ".join(f"{k} = {v}" for k, v in sorted(sched.settings.items()) if not isinstance(v, (dict, list)))
+        lines.append(f"Policy **{sched.policy}** ({settings}); {sched.seen} distinct behaviours seen. "
+                     "The policy is documented in `agent/scheduler.py`.")
+        lines.append("")
+        arms = sorted(sched.arms, key=lambda a: (-a.pulls, -a.mean, a.arm))[:MAX_ARMS]
+        if arms:
+            lines += _table(["arm (source / category / target)", "pulls", "rewards", "alpha", "beta", "mean reward"],
+                            [[f"{a.source} / {a.category} / {a.target}", a.pulls, a.rewards, f"{a.alpha:.2f}",
+                              f"{a.beta:.2f}", f"{a.mean:.3f}"] for a in arms])
+            if len(sched.arms) > MAX_ARMS:
+                lines.append(f"\n({len(sched.arms) - MAX_ARMS} more arms, fewer pulls; all in report.html)")
+
+    lines += ["", "## Worker health", ""]
+    rss = ("-" if health["rss_max_mb"] is None else
+           f"first {health['rss_first_mb']:.0f} MB, last {health['rss_last_mb']:.0f} MB, max {health['rss_max_mb']:.0f} MB")
+    lines += [f"- **worker restarts**: {health['worker_restarts']}",
+              f"- **timeouts**: {health['timeouts']}",
+              f"- **segfaults**: {health['segfaults']}",
+              f"- **worker RSS**: {rss}"]
+    lines += ["", "Plots: [report.html](report.html).", ""]
+    return "\n".join(lines)

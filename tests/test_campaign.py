@@ -1,0 +1,226 @@
+"""`nnforge campaign`: real campaigns with short budgets, real workers, real compilers.
+
+The slow tests run the command as a subprocess (as a person would), read the store with plain
+sqlite3, and kill the campaign with SIGKILL where the behaviour under a kill is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nnforge.agent.campaign import parse_budget
+from nnforge.agent.cli import _register_commands, app
+from nnforge.agent.lock import CampaignLock, CampaignLocked
+from nnforge.agent.scheduler import SEED, Arm, Scheduler
+
+_register_commands()
+runner = CliRunner()
+NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
+
+
+def _campaign(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*NNFORGE, "campaign", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def _query(folder: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    db = sqlite3.connect(f"file:{folder / 'store.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+# -- fast: options and start-up checks ---------------------------------------------------------------------------
+def test_budget_strings_read_as_seconds():
+    assert parse_budget("60s") == 60
+    assert parse_budget("10m") == 600
+    assert parse_budget("8h") == 8 * 3600
+    assert parse_budget("1h30m") == 5400
+    assert parse_budget("90") == 90
+    for bad in ("", "soon", "1x", "h1", "0s"):
+        with pytest.raises(ValueError):
+            parse_budget(bad)
+
+
+def test_an_unwritable_folder_is_refused_at_start_with_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")  # a folder below a file cannot be created, not even by root
+    res = runner.invoke(app, ["campaign", "--budget", "60s", "--targets", "inductor", "-o", str(blocker / "camp")])
+    assert res.exit_code == 2
+    assert "cannot create the campaign folder" in res.output
+
+
+def test_too_little_free_disk_space_is_refused_at_start_with_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNFORGE_CAMPAIGN_MIN_FREE_MB", str(10**12))  # more than any disk has
+    res = runner.invoke(app, ["campaign", "--budget", "60s", "--targets", "inductor", "-o", str(tmp_path / "camp")])
+    assert res.exit_code == 2
+    assert "MB free on the disk" in res.output and "NNFORGE_CAMPAIGN_MIN_FREE_MB" in res.output
+    assert not (tmp_path / "camp" / "store.sqlite").exists()
+
+
+def test_a_held_lock_names_its_holder_and_is_released_when_the_holder_dies(tmp_path):
+    # the holder is another process, so the lock is a real flock between processes
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from nnforge.agent.lock import CampaignLock; "
+        f"l = CampaignLock({str(tmp_path)!r}); l.acquire(); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CampaignLocked, match=rf"in use by campaign pid {holder.pid} .*choose another -o"):
+            CampaignLock(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    with CampaignLock(tmp_path) as lock:  # SIGKILL released it: no stale lock to delete by hand
+        assert lock.held
+
+
+def test_the_scheduler_favours_arms_that_showed_new_behaviour_and_round_trips_through_json():
+    s = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutate_prob=1.0, seed=3)
+    good = Arm("generator", "I1", "ort")
+    for _ in range(30):
+        s.reward(good, 1.0)
+        s.reward(Arm("generator", "B1", "inductor"), 0.0)
+    picks = [s.pick().key for _ in range(200)]
+    assert picks.count(good.key) > 120
+    assert all(Arm.from_key(k).category != SEED for k in picks)  # mutate_prob 1: mutants only
+    assert s.novel(["sig:a", "sig:b"]) == ["sig:a", "sig:b"] and s.novel(["sig:a"]) == []
+    again = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutate_prob=1.0, seed=3)
+    again.restore(json.loads(json.dumps(s.to_json())))
+    assert again.to_json() == s.to_json()
+
+
+# -- slow: real campaigns ----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path):
+    out = tmp_path / "camp"
+    t0 = time.monotonic()
+    res = _campaign("--budget", "60s", "--targets", "inductor,ort", "--workers", "2", "--nodes", "5", "--llm", "none",
+                    "-o", str(out))
+    wall = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert wall < 60 + 15 + 45  # the budget, the drain, start and reports
+    rows = _query(out, "SELECT case_id, target, symptom, source, category, t_search, t_oracle, elapsed_s FROM tests")
+    assert rows, res.stdout
+    assert {r[1] for r in rows} <= {"inductor", "ort"}
+    assert all(r[3] == "generator" and r[4] and r[6] is not None and 0 <= r[7] <= 80 for r in rows)
+    for case_id, target, symptom, *_ in rows:  # every test's case folder, with the verdict beside it
+        folder = out / "cases" / case_id
+        assert (folder / "program.py").is_file()
+        verdicts = json.loads((folder / "verdicts.json").read_text())
+        assert any(v["target"] == target and v["symptom"] == symptom for v in verdicts)
+    stats = _query(out, "SELECT elapsed_s, tests, json FROM stats ORDER BY ts")
+    assert len(stats) >= 5  # one about every 10 s
+    assert stats[-1][1] == len(rows) and stats[-1][0] >= 60
+    assert json.loads(stats[-1][2])["verdicts"]
+    meta = dict(_query(out, "SELECT key, value FROM meta"))
+    assert meta["campaign_status"] == "finished"
+    assert json.loads(meta["scheduler_state"])["policy"] == "thompson-beta"
+    bugs = _query(out, "SELECT COUNT(*) FROM tests WHERE symptom NOT IN ('pass', 'invalid')")[0][0]
+    assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == bugs  # every bug verdict is a finding
+    assert (out / "summary.md").is_file() and (out / "report.html").is_file()
+    assert "tests this run" in res.stdout
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_keeps_every_recorded_test_and_the_seed_counter_goes_on(tmp_path):
+    out = tmp_path / "camp"
+    args = ["--targets", "aot_eager", "--workers", "2", "--nodes", "4", "--no-triage"]
+    proc = subprocess.Popen([*NNFORGE, "campaign", "--budget", "10m", *args, "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            if (out / "store.sqlite").exists() and _query(out, "SELECT COUNT(*) FROM tests")[0][0] >= 3:
+                break
+        else:
+            pytest.fail("the campaign recorded no 3 tests in 150 s")
+        # a second campaign on the folder is refused while the first runs
+        second = _campaign("--budget", "60s", "--targets", "aot_eager", "-o", str(out), timeout=120)
+        assert second.returncode == 2
+        assert f"in use by campaign pid {proc.pid}" in second.stderr
+        workers = _children(proc.pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in workers:  # the killed campaign's sandbox workers (their own sessions) go too
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    before = set(_query(out, "SELECT case_id, target, verdict_json FROM tests"))
+    last_seed = _query(out, "SELECT MAX(seed_no) FROM queue")[0][0]
+    last_test = _query(out, "SELECT MAX(test_no) FROM queue")[0][0]
+    elapsed = float(dict(_query(out, "SELECT key, value FROM meta"))["campaign_elapsed_s"])
+
+    res = _campaign("--resume", str(out), "--budget", f"{elapsed + 25:.0f}s", timeout=200)
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = set(_query(out, "SELECT case_id, target, verdict_json FROM tests"))
+    assert before <= after  # nothing recorded before the kill was lost or changed
+    new = _query(out, "SELECT seed_no, case_id FROM queue WHERE test_no > ?", (last_test,))
+    assert new, "the resumed campaign ran no new test"
+    assert min(s for s, _ in new) > last_seed  # the seed counter continued
+    ids = _query(out, "SELECT case_id, target FROM queue")
+    assert len(ids) == len(set(ids))
+    assert _query(out, "SELECT COUNT(*) FROM tests")[0][0] > len(before)
+    meta = dict(_query(out, "SELECT key, value FROM meta"))
+    runs = json.loads(meta["campaign_runs"])
+    assert len(runs) == 2 and runs[1]["resumed"] and runs[1]["elapsed_at_start"] >= elapsed - 0.01
+    assert float(meta["campaign_elapsed_s"]) >= elapsed + 20  # elapsed time accumulates across runs
+
+
+@pytest.mark.slow
+def test_a_target_that_kills_its_worker_every_time_does_not_stop_the_campaign(tmp_path):
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "30s", "--targets", "faulty_segv", "--workers", "2", "--nodes", "4", "--no-triage",
+                    "-o", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    symptoms = _query(out, "SELECT symptom, COUNT(*) FROM tests GROUP BY symptom")
+    assert len(symptoms) == 1 and symptoms[0][0] == "segfault" and symptoms[0][1] >= 2
+    assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == symptoms[0][1]
+    restarts, segfaults = _query(out, "SELECT worker_restarts, segfaults FROM stats ORDER BY ts DESC LIMIT 1")[0]
+    assert segfaults >= symptoms[0][1] and restarts >= symptoms[0][1] - 1
+    assert "segfaults" in res.stdout
+
+
+@pytest.mark.slow
+def test_the_ray_executor_runs_tests_in_ray_tasks_and_the_driver_writes_the_store(tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "20s", "--targets", "aot_eager", "--workers", "1", "--nodes", "4", "--no-triage",
+                    "--executor", "ray", "-o", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = _query(out, "SELECT case_id, symptom FROM tests")
+    judged = [cid for cid, s in rows if s != "invalid"]
+    assert judged, res.stdout
+    assert all((out / "cases" / cid / "inputs.pt").is_file() for cid in judged)  # values came back from the task
+    stats = json.loads(_query(out, "SELECT json FROM stats ORDER BY ts DESC LIMIT 1")[0][0])
+    assert stats["executor"] == "ray" and stats["health"]["calls"] >= 2 * len(rows)
