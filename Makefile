@@ -27,8 +27,10 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
+# A short campaign; the folder is the demo's own, remade on every run.
 demo: setup
-	$(VENV)/bin/nnforge demo -o $(DEMO_DIR)
+	rm -rf $(DEMO_DIR)
+	$(VENV)/bin/nnforge campaign --budget 90s --targets inductor,ort,tvm --workers 2 --llm none -o $(DEMO_DIR)
 
 bench: setup
 	$(PY) bench/generation.py

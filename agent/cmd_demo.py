@@ -1,8 +1,8 @@
-"""`nnforge demo`: what `make demo` runs — generate a handful of programs and judge them.
+"""`nnforge demo`: generate a handful of programs and judge them, with one table of the verdicts.
 
-Until the campaign loop exists this is the short end-to-end tour: the z3 generator, value
-search, and the oracle on CPU torch.compile (inductor), ONNX Runtime and TVM, in sandboxed
-workers, with a table of what happened and every case and verdict written under DIR.
+The smallest end-to-end tour: the z3 generator, value search, and the oracle on CPU
+torch.compile (inductor), ONNX Runtime and TVM, in sandboxed workers, every case and verdict
+written under DIR. `make demo` runs a short campaign instead (`nnforge campaign --budget 90s`).
 """
 
 from __future__ import annotations

@@ -154,11 +154,11 @@ class Scheduler:
                 pass
 
     def summary(self, top: int = 8) -> list[dict[str, Any]]:
-        """The arms by posterior mean, best first (pulled arms only, plus the best unpulled)."""
+        """The `top` arms: pulled ones by posterior mean (best first), then unpulled ones."""
         rows = [{"arm": k, "pulls": s.pulls, "rewards": s.rewards, "mean": round(s.mean, 4),
                  "alpha": round(s.alpha0 + s.alpha, 3), "beta": round(s.beta0 + s.beta, 3)}
                 for k, s in self.arms.items()]
-        rows.sort(key=lambda r: (-r["mean"], -r["pulls"], r["arm"]))
+        rows.sort(key=lambda r: (r["pulls"] == 0, -r["mean"], -r["pulls"], r["arm"]))
         return rows[:top]
 
 

@@ -71,7 +71,7 @@ def _empty(width: int, height: int, title: str, message: str) -> str:
 
 
 def line_chart(series: list[Series], *, title: str, x_label: str = "minutes", y_label: str = "",
-               width: int = 560, height: int = 260, y_min: float | None = 0.0) -> str:
+               width: int = 560, height: int = 260, y_min: float | None = 0.0, x_min: float | None = 0.0) -> str:
     """Lines over a shared x axis, with axes, ticks, a legend and the last value of each line."""
     drawn = [s for s in series if s.points]
     if not drawn:
@@ -80,7 +80,7 @@ def line_chart(series: list[Series], *, title: str, x_label: str = "minutes", y_
     pw, ph = width - left - right, height - top - bottom
     xs = [p[0] for s in drawn for p in s.points]
     ys = [p[1] for s in drawn for p in s.points]
-    x_lo, x_hi = min(xs), max(xs)
+    x_lo, x_hi = (min(xs) if x_min is None else min(x_min, min(xs))), max(xs)
     if x_hi - x_lo < 1e-9:
         x_hi = x_lo + 1.0
     y_lo = min(ys) if y_min is None else min(y_min, min(ys))

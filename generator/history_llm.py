@@ -11,22 +11,15 @@ only checked for the TestCase contract here; the caller runs it in the sandbox l
 from __future__ import annotations
 
 import re
-from importlib import resources
 from string import Template
 from typing import Any, Callable
 
+from nnforge.core.prompt_files import prompt_text
 from nnforge.generator.history_category import CategoryGuess, normalise_category
 from nnforge.generator.history_extract import check_contract
 
+
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def prompt_text(name: str) -> str:
-    """A prompt file of the `nnforge.prompts` package, e.g. "history/convert.md"."""
-    node = resources.files("nnforge.prompts")
-    for part in name.split("/"):
-        node = node.joinpath(part)
-    return node.read_text(encoding="utf-8")
 
 
 def _unavailable_types() -> tuple[type[BaseException], ...]:

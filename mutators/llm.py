@@ -27,12 +27,11 @@ import random
 import re
 import threading
 from dataclasses import dataclass
-from importlib import resources
-from string import Template
 from typing import Any, Callable
 
 from nnforge.core.calls import CallStep
 from nnforge.core.llm import LLMClient, LLMUnavailable, cache_key
+from nnforge.core.prompt_files import prompt_text, render  # noqa: F401  (re-exported)
 from nnforge.core.testcase import TestCase
 from nnforge.mutators.ast_tools import ProgramContractError, ProgramTree
 from nnforge.mutators.base import CATEGORIES, STATEFUL, Mutator, Probe, derive, ensure_calls, mutators_for
@@ -50,18 +49,6 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.S)
 
 
 # -- prompts -------------------------------------------------------------------------------------------------
-def prompt_text(name: str) -> str:
-    """A prompt template file of the `nnforge.prompts` package, e.g. "system.md", "mutate/B1.md"."""
-    node = resources.files("nnforge.prompts")
-    for part in name.split("/"):
-        node = node.joinpath(part)
-    return node.read_text(encoding="utf-8")
-
-
-def render(name: str, **values: str) -> str:
-    """Fill a template's `$name` placeholders (KeyError names a missing one)."""
-    return Template(prompt_text(name)).substitute(values)
-
 
 def format_examples(programs: list[str]) -> str:
     if not programs:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nnforge.core.prompt_files import prompt_text
 from nnforge.core.signature import Signature
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom, Verdict
@@ -266,12 +267,6 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
 
 
 # -- the optional LLM rewrite -----------------------------------------------------------------------------
-REWRITE_SYSTEM = (
-    "You edit bug reports for compiler maintainers. Rewrite only the prose sentences of the Markdown "
-    "report you are given so that it reads clearly and briefly. Keep every code block, every table, every "
-    "number, every version string, every heading and every inline `code` span exactly as they are. "
-    "Do not add claims that are not in the report. Answer with the whole report in Markdown, nothing else."
-)
 _FENCE = re.compile(r"```.*?```", re.S)
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 _VERSION = re.compile(r"\b\d+\.\d+(?:\.\d+)?(?:[\w.+-]*)")
@@ -306,7 +301,7 @@ def rewrite_prose(draft: ReportDraft, settings: Any = None, client: Any = None) 
             client = LLMClient.from_settings(settings or load_settings())
         if client is None:
             return draft
-        reply = client.complete(REWRITE_SYSTEM, draft.body, purpose="report")
+        reply = client.complete(prompt_text("report/rewrite.md"), draft.body, purpose="report")
     except Exception:  # LLMUnavailable, a missing package, a bad setting: the template stands
         return draft
     text = _strip_outer_fence(reply)
