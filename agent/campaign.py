@@ -42,11 +42,11 @@ from typing import Any, Callable
 
 from nnforge.agent.campaign_store import CampaignStore, QueuedTest
 from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
-from nnforge.agent.lock import CampaignLock, CampaignLocked
-from nnforge.agent.scheduler import SEED, Arm, Scheduler
+from nnforge.agent.lock import CampaignLock
+from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
 from nnforge.core.testcase import TestCase
-from nnforge.core.verdict import Symptom, Verdict
+from nnforge.core.verdict import Verdict
 
 CASES_SUBDIR = "cases"
 PROBE_MB = 4
@@ -56,10 +56,6 @@ EXHAUSTED_AFTER = 20  # consecutive duplicates after which an arm is retired (hi
 
 class CampaignSetupError(RuntimeError):
     """The campaign cannot start (folder, disk, configuration); the message says why. Exit 2."""
-
-
-class CampaignDiskFull(RuntimeError):
-    """The disk filled up during the campaign: it stopped, keeping everything recorded so far."""
 
 
 # -- configuration --------------------------------------------------------------------------------------------
@@ -98,6 +94,7 @@ class CampaignConfig:
     triage_max_queries: int = 60
     executor: str = "local"
     address: str | None = None
+    coverage: bool = False  # measure torch's compiler packages in the workers (slower tests)
     timeout_s: float = 60.0
     memory_mb: int = 6000
     value_search_budget_ms: float = 200.0
@@ -251,17 +248,27 @@ def _normalise(text: str) -> str:
         return re.sub(r"\d+", "N", text)[:200]
 
 
-def coverage_lines(result: Any) -> set[str]:
-    """Compiler lines the test covered, when coverage is on: the result's `coverage` as a set of
-    "file:line" strings or a {file: [lines]} mapping (empty when there is none)."""
-    cov = getattr(result, "coverage", None)
-    if cov is None and isinstance(getattr(result, "reference", None), dict):
-        cov = result.reference.get("coverage")
-    if not cov:
-        return set()
-    if isinstance(cov, dict):
-        return {f"{f}:{n}" for f, lines in cov.items() for n in lines}
-    return {str(x) for x in cov}
+COVERAGE_FILE = "coverage.json"
+
+
+def load_coverage_map(folder: Path) -> Any:
+    """The campaign's union of covered compiler lines (agent/coverage_map.py), from DIR/coverage.json."""
+    from nnforge.agent.coverage_map import CoverageMap
+
+    path = folder / COVERAGE_FILE
+    if path.is_file():
+        try:
+            return CoverageMap.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    return CoverageMap()
+
+
+def save_coverage_map(folder: Path, cmap: Any) -> None:
+    path = folder / COVERAGE_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(cmap.to_json()))
+    os.replace(tmp, path)
 
 
 # -- the campaign ------------------------------------------------------------------------------------------------
@@ -305,14 +312,17 @@ class Campaign:
         self.counters = _Counters()
         self._stop = threading.Event()
         self._interrupts = 0
-        self.covered: set[str] = set()
-        self.coverage_seen = False
+        self.coverage_map: Any = None
 
     # -- setup --------------------------------------------------------------------------------------------
     def _open(self) -> None:
-        from nnforge.oracle.backend import parse_target
+        from nnforge.agent.store import STORE_FILE
 
-        preflight(self.out, self.cfg.min_free_mb)
+        if self.resuming and not (self.out / STORE_FILE).is_file():
+            raise CampaignSetupError(f"{self.out} holds no campaign to resume (no {STORE_FILE} in it)")
+        if not self.resuming:
+            _check_targets(self.cfg.targets)
+        preflight(self.out, int(self._resume_overrides.get("min_free_mb") or self.cfg.min_free_mb))
         self.lock = CampaignLock(self.out)
         self.lock.acquire()  # CampaignLocked propagates: "DIR is in use by campaign pid N ..."
         try:
@@ -329,21 +339,17 @@ class Campaign:
             elif saved is not None:
                 raise CampaignSetupError(f"{self.out} already holds a campaign; continue it with "
                                          f"`nnforge campaign --resume {self.out}` or choose another -o")
-            for t in self.cfg.targets:
-                try:
-                    parse_target(t)
-                except ValueError as e:
-                    raise CampaignSetupError(str(e)) from e
-            self.store.set_json("campaign_config", self.cfg.to_json())
-            if self.store.get_meta("campaign_started") is None:
-                self.store.set_meta("campaign_started", str(time.time()))
+            _check_targets(self.cfg.targets)
             self.elapsed_base = float(self.store.get_meta("campaign_elapsed_s") or 0.0)
             self.runs = self.store.get_json("campaign_runs", []) or []
             self.runs.append({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
                               "resumed": self.resuming, "elapsed_at_start": self.elapsed_base})
+            self._build()  # seed sources and mutators: a bad option fails here, before anything is stored
+            self.store.set_json("campaign_config", self.cfg.to_json())
+            if self.store.get_meta("campaign_started") is None:
+                self.store.set_meta("campaign_started", str(time.time()))
             self.store.set_json("campaign_runs", self.runs)
             self.store.set_meta("campaign_status", "running")
-            self._build()
         except BaseException:
             self.lock.release()
             raise
@@ -514,13 +520,10 @@ class Campaign:
         verdict = next((v for v in result.verdicts if v.target == test.target), result.verdicts[0])
         behaviours = behaviours_of(result, case)
         new = self.scheduler.novel(behaviours)
-        lines = coverage_lines(result)
-        if lines:
-            self.coverage_seen = True
-            fresh = lines - self.covered
-            self.covered |= fresh
+        if self.coverage_map is not None and getattr(result, "coverage", None):
+            fresh = self.coverage_map.add(result.coverage)
             if fresh:
-                new.append(f"cov:{len(fresh)}")
+                new.append(f"cov:{fresh}")  # not remembered as seen: every new line is news
         t_search = float(result.timings.get("prepare_s", 0.0))
         finding_id = self.store.record_verdict(test, verdict, t_search=round(t_search, 4),
                                                t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
@@ -594,11 +597,14 @@ class Campaign:
                "tests_per_min": round(snap.tests_per_min, 3), "bugs": snap.findings, "clusters": snap.clusters,
                "invalid": invalid, "worker_restarts": h.get("restarts", 0), "timeouts": h.get("timeouts", 0),
                "segfaults": h.get("segfaults", 0), "rss_mb": h.get("rss_mb", 0.0),
-               "covered_lines": len(self.covered) if self.coverage_seen else None,
+               "covered_lines": self.coverage_map.covered_lines if self.coverage_map is not None else None,
                "json": {"verdicts": counts, "health": h, "in_flight": in_flight, "tests_this_run": self.tests_this_run,
                         "counters": asdict(self.counters), "top_arms": snap.top_arms, "workers": self.cfg.workers,
                         "executor": self.cfg.executor, "run": len(self.runs)}}
         self.store.add_stats(row)
+        if self.coverage_map is not None:
+            self.scheduler.covered_lines = self.coverage_map.covered_lines
+            save_coverage_map(self.out, self.coverage_map)
         self.store.set_json("scheduler_state", self.scheduler.to_json())
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.display.update(snap, force=True)
@@ -626,6 +632,8 @@ class Campaign:
         self.last_new: float | None = None
         self._rate_window: deque[tuple[float, int]] = deque()
         self.triage: TriageThread | None = None
+        if self.cfg.coverage:
+            self.coverage_map = load_coverage_map(self.out)
         last = self.store.stats_rows()[-1:] if self.resuming else []
         prev = last[0]["json"].get("health", {}) if last else {}
         self.health_base = {k: int(prev.get(k, 0)) for k in ("restarts", "timeouts", "segfaults", "ooms", "calls")}
@@ -638,7 +646,8 @@ class Campaign:
         try:
             self.executor = make_executor(self.cfg.executor, ExecutorConfig(
                 workers=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
-                value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=_inductor_cache_dir()),
+                value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=_inductor_cache_dir(),
+                coverage=self.cfg.coverage),
                 address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
             try:
                 if self.cfg.triage:
@@ -761,6 +770,18 @@ class Campaign:
                 display=display, ray_init_kwargs=ray_init_kwargs)
         c._resume_overrides = dict(overrides or {})
         return c
+
+
+def _check_targets(targets: tuple[str, ...]) -> None:
+    from nnforge.oracle.backend import parse_target
+
+    if not targets:
+        raise CampaignSetupError("no targets: --targets inductor,ort,tvm")
+    for t in targets:
+        try:
+            parse_target(t)
+        except ValueError as e:
+            raise CampaignSetupError(str(e)) from e
 
 
 def _inductor_cache_dir() -> str:

@@ -48,6 +48,8 @@ def campaign(
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local Ray)."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per worker call (default: NNFORGE_WORKER_TIMEOUT_S)."),
+    coverage: bool = typer.Option(False, "--coverage/--no-coverage", help="Measure compiler line coverage in the "
+                                                                           "workers; new lines reward the scheduler."),
     report_every: float = typer.Option(300.0, "--report-every", help="Seconds between summary/report rewrites."),
     plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
 ) -> None:
@@ -86,7 +88,7 @@ def campaign(
         cfg = CampaignConfig(
             out=str(output), budget_s=float(budget_s), targets=_split(targets), workers=workers, llm=llm,
             seeds=_split(seeds), mutate_prob=mutate_prob, nodes=nodes, seed=seed, triage=triage,
-            triage_budget_s=triage_budget_s, executor=executor, address=address,
+            triage_budget_s=triage_budget_s, executor=executor, address=address, coverage=coverage,
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every)

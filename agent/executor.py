@@ -36,6 +36,7 @@ class ExecutorConfig:
     recycle_after: int = 200
     value_search_budget_ms: float = 200.0
     inductor_cache_dir: str | None = None
+    coverage: bool = False  # Oracle(coverage=True): each result carries the compiler lines new to its worker
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def result_to_wire(result: Any) -> dict[str, Any]:
     from nnforge.oracle.job import dump_values
 
     case = result.case
-    return {"result": result.to_json(),
+    return {"result": result.to_json(), "coverage": getattr(result, "coverage", None),
             "inputs_pt": None if case.inputs is None else dump_values(tuple(case.inputs)),
             "state_pt": None if case.state_dict is None else dump_values(dict(case.state_dict))}
 
@@ -103,9 +104,10 @@ def result_from_wire(case: TestCase, wire: dict[str, Any]) -> Any:
     inputs = load_values(wire.get("inputs_pt"))
     state = load_values(wire.get("state_pt"))
     judged = case.with_(inputs=None if inputs is None else tuple(inputs), state_dict=None if state is None else dict(state))
+    extra = {"coverage": wire["coverage"]} if wire.get("coverage") is not None else {}
     return CaseResult(case=judged, verdicts=tuple(Verdict.from_json(v) for v in r["verdicts"]), search=r.get("search"),
                       reference=r.get("reference"), values_chosen=bool(r.get("values_chosen")),
-                      invalid_reason=r.get("invalid_reason"), timings=dict(r.get("timings") or {}))
+                      invalid_reason=r.get("invalid_reason"), timings=dict(r.get("timings") or {}), **extra)
 
 
 def pool_rss_mb(pool: Any) -> float:
@@ -141,7 +143,8 @@ class _Oracles:
         with self._lock:
             oracle = self._by_target.get(target)
             if oracle is None:
-                oracle = self._by_target[target] = Oracle(self.pool, [target], self.cfg.value_search_budget_ms)
+                extra = {"coverage": True} if self.cfg.coverage else {}
+                oracle = self._by_target[target] = Oracle(self.pool, [target], self.cfg.value_search_budget_ms, **extra)
         t0 = time.perf_counter()
         result = oracle.check(case)
         return ExecResult(result, time.perf_counter() - t0)

@@ -14,6 +14,7 @@ import argparse
 import multiprocessing
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -60,7 +61,9 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     times: list[float] = []
     culprits: dict[str, int] = {}
     hung: list[int] = []
-    for _seed, program, calls in programs(nodes, count, seed0, hung):
+    for k, (_seed, program, calls) in enumerate(programs(nodes, count, seed0, hung)):
+        if k and k % 50 == 0:
+            print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [],
                               "search": True, "search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
@@ -83,7 +86,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
             "crashed": crashed, "invalid": invalid, "generator_hung": hung, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
-            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:5]}
+            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8]}
 
 
 def main() -> None:
@@ -92,11 +95,14 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[10, 20])
     ap.add_argument("--budget-ms", type=float, default=200.0)
     ap.add_argument("--seed", type=int, default=100_000)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads of the worker (OMP_NUM_THREADS). With more threads than idle "
+                         "cores, OpenMP's spin-waits make small ops 10-100x slower on a shared machine")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
     rows = []
-    with WorkerPool(size=1, timeout_s=60) as pool:
+    with WorkerPool(size=1, timeout_s=60, env={"OMP_NUM_THREADS": str(args.threads)}) as pool:
         pool.warmup()
         for n in args.nodes:
             t = time.perf_counter()
@@ -109,7 +115,8 @@ def main() -> None:
         rep = f"{100 * r['needed_ok'] / r['needed']:.1f}%" if r["needed"] else "-"
         print(f"{r['nodes']:>5} {r['searched']:>8} {rate:>10.1f}% {r['needed']:>14} {rep:>9} {r['median_ms']:>10.2f} {r['p90_ms']:>8.2f}")
     for r, secs in rows:
-        print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, {secs:.0f} s; "
+        print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
+              f"generator hung on seeds {r['generator_hung']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
     if args.nnsmith:
         py = args.nnsmith_venv / "bin" / "python"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -67,6 +68,7 @@ class GenStats:
     bins_kept: int = 0
     bins_dropped: int = 0
     solver_ms: float = 0.0
+    solver_unknown: int = 0  # queries cut short by the rlimit or the watchdog
     timed_out: bool = False
 
 
@@ -78,6 +80,48 @@ class Generated:
     elapsed_ms: float
     seed: int
     config: GeneratorConfig = field(repr=False, default_factory=GeneratorConfig)
+
+
+class _Watchdog:
+    """One long-lived thread that interrupts the z3 query in flight once its wall time is up.
+
+    Starting a timer thread per query cost more than the queries themselves.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._ctx: z3.Context | None = None
+        self._thread: threading.Thread | None = None
+
+    def arm(self, ctx: z3.Context, seconds: float) -> None:
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="z3-watchdog", daemon=True)
+                self._thread.start()
+            self._ctx, self._deadline = ctx, time.monotonic() + seconds
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._ctx = self._deadline = None
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                if self._ctx is not None:
+                    self._ctx.interrupt()
+                self._ctx = self._deadline = None
+
+
+_WATCHDOG = _Watchdog()
 
 
 @functools.lru_cache(maxsize=None)
@@ -250,7 +294,7 @@ class GraphGenerator:
     def finish(self, t0: float | None = None) -> Generated:
         t0 = time.perf_counter() if t0 is None else t0
         self.solver.set("rlimit", 30 * self.CHECK_RLIMIT)
-        res = self.solver.check()
+        res = self._check(wall_s=30 * self.CHECK_WALL_S)
         if res != z3.sat:  # only satisfiable states are kept, so only a pathological timeout lands here
             raise RuntimeError(f"generator state became {res}")
         model = self.solver.model()
@@ -294,24 +338,42 @@ class GraphGenerator:
         return (self.rng.choice(self.cfg.dtypes), self.rng.randint(0, self.cfg.max_rank))
 
     def _size_cap(self, t: AbsTensor) -> list[z3.BoolRef]:
+        """Keep every value under `max_elems` with linear bounds: each dim at most the rank-th root
+        of the cap. A product of symbolic dims would be nonlinear, and z3's nonlinear reasoning
+        is what makes slow queries (3-D convolutions and pools chained together)."""
         if t.rank == 0:
             return []
-        n = t.numel()
-        return [] if isinstance(n, int) else [n <= self.cfg.max_elems]
+        per_dim = max(1, int(round(self.cfg.max_elems ** (1.0 / t.rank))))
+        while per_dim ** t.rank > self.cfg.max_elems and per_dim > 1:
+            per_dim -= 1
+        return [d <= per_dim for d in t.shape if not isinstance(d, int)]
 
     # One solver query may spend this much of z3's deterministic resource counter (rlimit). A
     # wall-clock timeout would make the same seed give different programs on a loaded machine.
     CHECK_RLIMIT = 3_000_000
+    # Some nonlinear queries ignore the rlimit; a watchdog interrupts any query after this long,
+    # so a model never hangs (only such pathological queries become timing-dependent).
+    CHECK_WALL_S = 2.0
 
     def _check_push(self, cons: list) -> bool:
         self.solver.push()
         self.solver.add(*cons)
         t = time.perf_counter()
-        ok = self.solver.check() == z3.sat
+        ok = self._check() == z3.sat
         self.stats.solver_ms += (time.perf_counter() - t) * 1000
         if not ok:
             self.solver.pop()
         return ok
+
+    def _check(self, wall_s: float | None = None) -> z3.CheckSatResult:
+        _WATCHDOG.arm(self.solver.ctx, wall_s or self.CHECK_WALL_S)
+        try:
+            res = self.solver.check()
+        finally:
+            _WATCHDOG.disarm()
+        if res == z3.unknown:
+            self.stats.solver_unknown += 1
+        return res
 
     def _try_bin(self, e: z3.ArithRef, cap: int, lo: int = 0) -> None:
         """Constrain |e| to a random log-scale bucket; keep it only if still satisfiable."""

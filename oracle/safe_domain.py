@@ -200,17 +200,32 @@ def _tensors(args: tuple, kwargs: dict):
 # --------------------------------------------------------------------------- the table
 
 
-@safe_domain("log", "log2", "log10", "lgamma", "digamma", "rsqrt")
+@safe_domain("log", "log2", "log10", "rsqrt")
 def _positive(args, kwargs, dtype):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, MARGIN)
+
+
+def _away_from_poles(x: torch.Tensor) -> torch.Tensor:
+    """Gamma-family poles: 0, -1, -2, ... Negative non-integers are fine (lgamma(-1.5) is
+    finite), so only values near a non-positive integer are penalised, pushed off it upwards."""
+    d = x - torch.round(x.detach())
+    direction = torch.where(d.detach() >= 0, 1.0, -1.0).to(x.dtype)
+    near_pole = x.detach() < MARGIN
+    return torch.where(near_pole, torch.relu(MARGIN - d * direction), torch.zeros_like(x)).sum()
+
+
+@safe_domain("lgamma", "digamma")
+def _gamma(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _away_from_poles(x)
 
 
 @safe_domain("polygamma")
 def _polygamma(args, kwargs, dtype):
     # torch.polygamma(n, x) and x.polygamma(n) put x in different places.
     x = next((f for f in map(_float, _tensors(args, kwargs)) if f is not None), None)
-    return None if x is None else _below(x, MARGIN)
+    return None if x is None else _away_from_poles(x)
 
 
 @safe_domain("mvlgamma")

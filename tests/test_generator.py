@@ -94,3 +94,17 @@ def test_generate_cli_writes_testcase_folders(tmp_path):
     assert case.meta["origin"] == "generator" and len(case.graph["nodes"]) == 6
     again, _ = generate_case(GeneratorConfig(n_nodes=6, seed=1))
     assert again.program == case.program
+
+
+def test_a_query_that_ignores_z3_limits_is_interrupted_by_the_watchdog(monkeypatch):
+    import z3
+
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
+    monkeypatch.setattr(GraphGenerator, "CHECK_WALL_S", 0.3)
+    x, y, z = z3.Ints("x y z")
+    t = time.perf_counter()
+    # integer sum of three cubes: no small solution, nonlinear; z3 would run far past its limits
+    assert gen._check_push([x * x * x + y * y * y + z * z * z == 33, x > 10**6]) is False
+    assert time.perf_counter() - t < 5
+    assert gen.stats.solver_unknown == 1
+    assert gen._check_push([x == 1]) is True  # the solver is usable after the interrupt

@@ -328,3 +328,15 @@ def test_same_seed_gives_the_same_samples():
     assert a.success and a.method == "sampling"
     assert a.iterations == b.iterations
     assert all(torch.equal(x, y) for x, y in zip(a.inputs, b.inputs))
+
+
+def test_gamma_poles_are_left_without_forcing_positive_values():
+    class Gamma(nn.Module):
+        def forward(self, x):
+            return torch.lgamma(x) + torch.digamma(x - 1)
+
+    inputs = (torch.tensor([-1.0, -2.0, 0.0, -1.5, 3.0]),)
+    assert first_nonfinite(Gamma(), inputs) == "lgamma"
+    res = ValueSearch(**SEARCH).run(Gamma(), inputs)
+    assert_repaired(Gamma(), inputs, res)
+    assert res.inputs[0][3] == -1.5  # negative non-integers are inside the domain: left alone

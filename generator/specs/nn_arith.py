@@ -32,37 +32,27 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     return a / b  # z3 ArithRef: integer division
 
 
-# Multiplying or dividing two unknowns is nonlinear arithmetic, where z3 can stall far past its
-# timeout. Strides, dilations, groups and factors are small, so a product with one of them is
-# written as a chain of Ifs over its possible values: linear, and fast to solve. Callers must
-# bound the small operand to [1, SMALL] in `requires`.
+# Products and quotients with a small attribute (stride, dilation, groups, factor) go through
+# these helpers, so that their encoding is chosen in one place. Plain nonlinear terms measured
+# faster in z3 than If-chains over the attribute's values (those stalled the solver).
 SMALL = 16
-
-
-def _chain(v: Dim, f, lo: int = 1, hi: int = SMALL) -> Dim:
-    if isinstance(v, int):
-        return f(v)
-    out = f(hi)
-    for c in range(hi - 1, lo - 1, -1):
-        out = z3.If(v == c, f(c), out)
-    return out
 
 
 def mul_small(x: Dim, v: Dim) -> Dim:
     """x * v for v in [1, SMALL]."""
-    return _chain(v, lambda c: x * c)
+    return x * v
 
 
 def div_small(x: Dim, v: Dim) -> Dim:
     """floor(x / v) for v in [1, SMALL]."""
-    return _chain(v, lambda c: floordiv(x, c))
+    return floordiv(x, v)
 
 
 def divides_small(v: Dim, x: Dim) -> z3.BoolRef:
     """v divides x, for v in [1, SMALL]."""
     if isinstance(v, int) and isinstance(x, int):
         return z3.BoolVal(x % v == 0)
-    return _chain(v, lambda c: x % c == 0)
+    return x % v == 0
 
 
 def named_dims(spec: OpSpec, exprs: Sequence[Dim]) -> tuple[list[z3.BoolRef], list[Dim]]:

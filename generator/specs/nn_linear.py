@@ -5,14 +5,12 @@ Integer matmuls run on CPU in eager, so the ops without weights take integer dty
 
 from __future__ import annotations
 
-import random
 from typing import ClassVar
 
-import z3
 
 from nnforge.core.dtypes import INT_DTYPES, is_float
 from nnforge.generator.abstract import AbsTensor
-from nnforge.generator.spec import OpSpec, Sig, broadcast, broadcast_all, register_op, same_dtype_combos
+from nnforge.generator.spec import OpSpec, broadcast, broadcast_all, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import FLOATS, fmt_float
 
 NUMERIC = FLOATS + INT_DTYPES

@@ -4,7 +4,6 @@ dropout in eval mode, glu, cosine_similarity, pairwise_distance.
 
 from __future__ import annotations
 
-import random
 
 import z3
 
