@@ -50,6 +50,7 @@ from nnforge.core.verdict import Verdict
 
 CASES_SUBDIR = "cases"
 PROBE_MB = 4
+PROBE_TIMEOUT_S = 15.0  # an eager run of a candidate mutant
 MAX_DRAWS_PER_SLOT = 6  # attempts to make a new test before waiting for a result
 EXHAUSTED_AFTER = 20  # consecutive duplicates after which an arm is retired (history seeds all run)
 
@@ -313,6 +314,7 @@ class Campaign:
         self._stop = threading.Event()
         self._interrupts = 0
         self.coverage_map: Any = None
+        self._probe_pool: Any = None
 
     # -- setup --------------------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -491,13 +493,17 @@ class Campaign:
                 return mutant
         return None
 
-    def _probe(self) -> Callable[[TestCase], bool] | None:
-        pool = self.executor.local_pool()
-        if pool is None:
-            return None
+    def _probe(self) -> Callable[[TestCase], bool]:
+        """Mutators that must know whether a candidate runs in eager ask a worker of its own: on the
+        test workers a probe would wait behind a compile of a minute, and the loop with it."""
+        if self._probe_pool is None:
+            from nnforge.oracle.sandbox import WorkerPool
+
+            self._probe_pool = WorkerPool(size=1, timeout_s=PROBE_TIMEOUT_S, memory_mb=self.cfg.memory_mb,
+                                          inductor_cache_dir=_inductor_cache_dir())
         from nnforge.mutators.validate import eager_probe
 
-        return eager_probe(pool.call, timeout_s=min(self.cfg.timeout_s, 30.0))
+        return eager_probe(self._probe_pool.call, timeout_s=PROBE_TIMEOUT_S)
 
     def _load_pending(self) -> deque[tuple[QueuedTest, TestCase]]:
         out: deque[tuple[QueuedTest, TestCase]] = deque()
@@ -661,6 +667,8 @@ class Campaign:
                 if self.triage is not None:
                     self.triage.stop(wait_s=3.0)
                 self.executor.close()
+                if self._probe_pool is not None:
+                    self._probe_pool.close()
                 if self.triage is not None:
                     self.triage.stop(wait_s=10.0)
         except KeyboardInterrupt:

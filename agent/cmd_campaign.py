@@ -58,6 +58,10 @@ def campaign(
     from nnforge.agent.lock import CampaignLocked
     from nnforge.agent.status import StatusDisplay
 
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is a stuck campaign?
     console = Console()
     err = Console(stderr=True)
     settings = load_settings()

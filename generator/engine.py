@@ -311,7 +311,7 @@ class GraphGenerator:
         onnx_ok = True
         for n in self.nodes:
             attrs = {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in n.spec.attrs.items()}
-            graph.nodes.append(Node(n.id, n.spec.name, attrs, list(n.inputs), list(n.outputs)))
+            graph.nodes.append(Node(n.id, n.spec.name, attrs, list(n.inputs), list(n.outputs), sorted(n.spec.solver_attrs())))
             onnx_ok = onnx_ok and n.spec.exports_onnx(attrs, n.spec.in_sigs)
         graph.outputs = [o for n in self.nodes for o in n.outputs if o not in consumed]
         if not graph.nodes:
@@ -376,12 +376,14 @@ class GraphGenerator:
         return res
 
     def _try_bin(self, e: z3.ArithRef, cap: int, lo: int = 0) -> None:
-        """Constrain |e| to a random log-scale bucket; keep it only if still satisfiable."""
+        """Constrain |e| to a random log-scale bucket, aiming first at a random value inside it
+        (z3 would otherwise answer with the bucket's edge); keep whatever stays satisfiable."""
         buckets = [(0, 0), (1, 1)] + [(2**k, 2 ** (k + 1) - 1) for k in range(1, max(1, cap.bit_length()))]
         buckets = [(a, b) for a, b in buckets if b >= lo and a <= cap]
         a, b = self.rng.choice(buckets)
+        aim = self.rng.randint(max(a, lo), b) if b > max(a, lo) else None
         mag = z3.If(e >= 0, e, -e)
-        if self._check_push([mag >= a, mag <= b]):
+        if (aim is not None and self._check_push([mag == aim])) or self._check_push([mag >= a, mag <= b]):
             self.stats.bins_kept += 1
         else:
             self.stats.bins_dropped += 1

@@ -29,6 +29,7 @@ class Node:
     attrs: dict[str, Any]
     inputs: list[int]
     outputs: list[int]
+    solver_attrs: list[str] = field(default_factory=list)  # attributes whose values z3 chose
 
 
 @dataclass
@@ -55,7 +56,8 @@ class Graph:
         return {
             "values": [{"id": v.id, "dtype": v.dtype, "shape": list(v.shape)} for v in self.values.values()],
             "nodes": [
-                {"id": n.id, "op": n.op, "attrs": encode_attrs(n.attrs), "inputs": n.inputs, "outputs": n.outputs}
+                {"id": n.id, "op": n.op, "attrs": encode_attrs(n.attrs), "inputs": n.inputs, "outputs": n.outputs,
+                 **({"solver_attrs": n.solver_attrs} if n.solver_attrs else {})}
                 for n in self.nodes
             ],
             "inputs": list(self.inputs),
@@ -67,7 +69,8 @@ class Graph:
     def from_json(cls, d: dict[str, Any]) -> "Graph":
         return cls(
             values={v["id"]: Value(v["id"], v["dtype"], list(v["shape"])) for v in d["values"]},
-            nodes=[Node(n["id"], n["op"], decode_attrs(n["attrs"]), list(n["inputs"]), list(n["outputs"])) for n in d["nodes"]],
+            nodes=[Node(n["id"], n["op"], decode_attrs(n["attrs"]), list(n["inputs"]), list(n["outputs"]),
+                        list(n.get("solver_attrs", []))) for n in d["nodes"]],
             inputs=list(d["inputs"]),
             weights=list(d["weights"]),
             outputs=list(d["outputs"]),

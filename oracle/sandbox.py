@@ -411,6 +411,9 @@ class WorkerPool:
         child_env = scrubbed_environ()
         child_env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         child_env["PYTHONUNBUFFERED"] = "1"
+        # One intra-op thread per worker unless the user says otherwise: the pool already runs
+        # one worker per core, and oversubscribed OpenMP makes small ops 10-100x slower.
+        child_env.setdefault("OMP_NUM_THREADS", "1")
         child_env.update(env or {})
         self._env = child_env
 

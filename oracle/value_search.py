@@ -20,11 +20,16 @@ One iteration:
    of operators that were culprits before (so that repairing one does not break another);
    operators with zero gradient (floor, relu's flat side, clamp, casts, comparisons) pass the
    gradient straight through during this run;
-3. when there is no usable gradient, or the loss stops falling, resample the values instead.
+3. when there is no usable gradient, the loss stops falling, or `max_descent` steps from one
+   start have not succeeded (two culprits that undo each other's repairs), resample instead.
 
 Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
-of the inputs never change. Integer and boolean inputs are never differentiated, only
-resampled within their original range.
+of the inputs never change. Integer inputs (generated programs feed them straight into log,
+acos, division) are optimised too: a float master, rounded into the values' original range
+(widened when they are all equal, as a lone scalar's are), is what Adam moves; the operators
+see a float "shadow" equal to the integers, with the master's gradient. They are resampled
+from sub-ranges that domains favour (positives, {-1, 0, 1}, ones). Boolean inputs are only
+resampled: at random, all set, none set.
 """
 
 from __future__ import annotations

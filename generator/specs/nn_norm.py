@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+import z3
+
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, dim_in_range, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import (
@@ -254,6 +256,10 @@ class GroupNorm(OpSpec):
         x = inputs[0]
         c, g = x.shape[1], self.groups
         cons = [g >= 1, g <= MAX_CHANNELS, c >= 1, divides_small(g, c)] + at_least(x.shape[:1])
+        # torch needs more than one value per group: C/G > 1 or some spatial dim > 1
+        spatial = x.shape[2:]
+        cons += [d >= 1 for d in spatial if not isinstance(d, int)]
+        cons.append(z3.Or(c > g, *[d >= 2 for d in spatial]) if spatial else c > g)
         return cons + [p.shape[0] == c for p in inputs[1:]]
 
     def type_transfer(self, inputs):
@@ -310,7 +316,9 @@ class LocalResponseNorm(OpSpec):
         return [AbsTensor(inputs[0].dtype, list(inputs[0].shape))]
 
     def materialize(self, ins, a, in_shapes):
-        return (f"F.local_response_norm({ins[0]}, {a['size']}, alpha={fmt_float(a['alpha'])}, "
+        # eager's local_response_norm calls .view internally and raises on some non-contiguous
+        # inputs (e.g. after a transpose), so the generated call feeds it a contiguous tensor
+        return (f"F.local_response_norm({ins[0]}.contiguous(), {a['size']}, alpha={fmt_float(a['alpha'])}, "
                 f"beta={fmt_float(a['beta'])}, k={fmt_float(a['k'])})")
 
     def exports_onnx(self, a, in_sigs):
