@@ -61,7 +61,10 @@ def campaign(
     import faulthandler
     import signal
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is a stuck campaign?
+    try:  # `kill -USR1 PID` prints every thread's stack: where is a stuck campaign?
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (OSError, ValueError, AttributeError):  # no real stderr (e.g. under a test runner)
+        pass
     console = Console()
     err = Console(stderr=True)
     settings = load_settings()

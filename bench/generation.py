@@ -10,13 +10,11 @@ separate virtualenv (created on first use from the package registry) and prints 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
 import subprocess
 import sys
 import time
-import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -24,8 +22,43 @@ import torch
 
 from nnforge.generator.engine import GeneratorConfig, GraphGenerator
 from nnforge.generator.materialize import to_program
-from nnforge.generator.selfcheck import run_program
 from nnforge.generator.spec import all_ops
+from nnforge.oracle.sandbox import WorkerPool
+
+# Appended to each program and run in a sandbox worker: the TorchScript ONNX exporter can die on a
+# signal (a SIGFPE on some zero-size flattens), which would otherwise take the benchmark with it.
+CHECK_ENTRY = """
+
+def __nnforge_bench_check(export):
+    import io, warnings
+    torch.manual_seed(0)
+    model = Model()
+    inputs = make_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            with torch.no_grad():
+                model(*inputs)
+        except Exception as e:
+            return "eager", f"{type(e).__name__}: {str(e)[:80]}"
+        if not export:
+            return "ok", ""
+        try:
+            torch.onnx.export(model, tuple(inputs), io.BytesIO(), dynamo=False, opset_version=17)
+        except Exception as e:
+            return "onnx", f"{type(e).__name__}: {str(e)[:80]}"
+    return "ok", ""
+"""
+
+
+def check_in_sandbox(pool: WorkerPool, program: str, export: bool) -> tuple[str, str]:
+    out = pool.call("nnforge.oracle.worker:exec_program",
+                    {"program": program + CHECK_ENTRY, "entry": "__nnforge_bench_check", "args": [export]})
+    if out.ok:
+        return tuple(out.value)
+    if out.status in ("segfault", "timeout", "oom"):
+        return ("onnx" if export else "eager"), f"worker {out.status} ({out.signal})"
+    return "eager", f"{out.exc_type}: {str(out.exc_message)[:80]}"
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +68,8 @@ def instance_key(graph, node) -> tuple:
     return (node.op, json.dumps(node.attrs, sort_keys=True, default=repr), ins)
 
 
-def measure(nodes: int, count: int, onnx_every: int, binning: bool = True, onnx_only: bool = False) -> dict:
+def measure(pool: WorkerPool, nodes: int, count: int, onnx_every: int, binning: bool = True,
+            onnx_only: bool = False) -> dict:
     times, valid, onnx_ok, onnx_tried, used = [], 0, 0, 0, Counter()
     instances_per_100: list[int] = []
     values_per_100: list[int] = []
@@ -60,23 +94,18 @@ def measure(nodes: int, count: int, onnx_every: int, binning: bool = True, onnx_
             block, values = set(), set()
             print(f"  [{nodes} nodes, binning={binning}] {seed + 1}/{count} programs", file=sys.stderr, flush=True)
         program = to_program(g)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model, inputs, _ = run_program(program)
-            valid += 1
-        except Exception as e:
-            errors[f"{type(e).__name__}: {str(e)[:80]}"] += 1
+        export = bool(onnx_every and seed % onnx_every == 0 and gen.onnx_exportable)
+        status, err = check_in_sandbox(pool, program, export)
+        if status == "eager":
+            errors[err] += 1
             continue
-        if onnx_every and seed % onnx_every == 0 and gen.onnx_exportable:
+        valid += 1
+        if export:
             onnx_tried += 1
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    torch.onnx.export(model, tuple(inputs), io.BytesIO(), dynamo=False, opset_version=17)
+            if status == "ok":
                 onnx_ok += 1
-            except Exception as e:
-                errors[f"onnx {type(e).__name__}: {str(e)[:80]}"] += 1
+            else:
+                errors[f"onnx {err}"] += 1
     times.sort()
     return {
         "nodes": nodes, "count": count, "valid": valid, "onnx_ok": onnx_ok, "onnx_tried": onnx_tried,
@@ -119,15 +148,18 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, {len(all_ops())} registered operators")
     rows = []
+    pool = WorkerPool(size=1, timeout_s=120)
+    pool.warmup()
     for n in args.nodes:
         t = time.perf_counter()
-        with_bins = measure(n, args.count, args.onnx_every, binning=True)
-        without = measure(n, args.count, 0, binning=False)
-        onnx = measure(n, args.onnx_count, 1, binning=True, onnx_only=True) if args.onnx_count else None
+        with_bins = measure(pool, n, args.count, args.onnx_every, binning=True)
+        without = measure(pool, n, args.count, 0, binning=False)
+        onnx = measure(pool, n, args.onnx_count, 1, binning=True, onnx_only=True) if args.onnx_count else None
         rows.append((n, with_bins, without, onnx, time.perf_counter() - t))
     hdr = (f"{'nodes':>5} {'programs':>8} {'eager valid':>11} {'onnx claimed':>12} {'export ok':>9} {'onnx-only ok':>12} "
            f"{'median ms':>9} {'p90 ms':>7} {'inst/100':>8} {'(no bins)':>9} {'values/100':>10} {'(no bins)':>9} "
            f"{'ratio':>5} {'dims=1':>6} {'(no bins)':>9} {'ops used':>8}")
+    pool.close()
     print(hdr)
     print("-" * len(hdr))
     for n, w, wo, ox, _ in rows:

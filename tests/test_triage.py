@@ -298,7 +298,9 @@ def _replaying_client(cache_dir: Path, system: str, user: str, reply: str | None
 
 def test_llm_prose_is_used_only_when_it_keeps_code_numbers_and_versions(tmp_path):
     from nnforge.core.verdict import Verdict
-    from nnforge.triage.report import REWRITE_SYSTEM
+    from nnforge.core.prompt_files import prompt_text
+
+    REWRITE_SYSTEM = prompt_text("report/rewrite.md")
 
     verdict = Verdict(target="inductor", symptom=Symptom.MISMATCH, rung="inductor", call_index=0, output_index=0,
                       max_abs_err=0.0262111, max_rel_err=0.110134, fp64_rmse_actual=0.0136668,
