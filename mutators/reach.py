@@ -46,7 +46,8 @@ def measure_compile(payload: dict[str, Any]) -> dict[str, Any]:
     import torch._dynamo as dynamo
     from torch._dynamo.utils import counters
 
-    from nnforge.mutators.validate import _load, apply_state, build_args
+    from nnforge.core.replay import apply_state, build_args
+    from nnforge.mutators.validate import _load
 
     seed = int(payload.get("seed", 0))
     steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL

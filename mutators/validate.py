@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
+from nnforge.core.calls import SINGLE_CALL, CallStep
+from nnforge.core.replay import apply_state, build_args
 from nnforge.core.testcase import TestCase
 
 VALIDATE_FN = "nnforge.mutators.validate:run_eager"
@@ -131,92 +132,6 @@ def _load(source: str) -> Any:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def apply_state(step: CallStep, model: Any, module: Any) -> None:
-    import torch
-
-    if step.mode == "train":
-        model.train()
-    elif step.mode == "eval":
-        model.eval()
-    for path, value in step.set_attrs.items():
-        *parents, last = path.split(".")
-        obj = model
-        for p in parents:
-            obj = getattr(obj, p)
-        current = getattr(obj, last, None)
-        if isinstance(current, torch.Tensor) and not isinstance(value, torch.Tensor):
-            value = torch.tensor(value, dtype=current.dtype)
-        setattr(obj, last, value)
-    for name, value in step.set_globals.items():
-        setattr(module, name, value)
-
-
-def build_args(base: tuple[Any, ...], changes: tuple[InputChange, ...], seed: int) -> tuple[Any, ...]:
-    import torch
-
-    args = [_copy(a) for a in base]
-    for ch in changes:
-        if not 0 <= ch.index < len(args) or not isinstance(args[ch.index], torch.Tensor):
-            raise IndexError(f"call step changes input {ch.index}, which is not a tensor input")
-        x = args[ch.index]
-        if ch.shape is not None:
-            x = _regenerate(x, tuple(ch.shape), seed * 31 + ch.index)
-        if ch.dtype is not None:
-            x = x.to(getattr(torch, ch.dtype))
-        if ch.layout is not None:
-            x = _with_layout(x, ch.layout)
-        if ch.requires_grad is not None:
-            x = x.detach()
-            if ch.requires_grad and (x.is_floating_point() or x.is_complex()):
-                x.requires_grad_(True)
-        args[ch.index] = x
-    return tuple(args)
-
-
-def _copy(a: Any) -> Any:
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        c = a.detach().clone(memory_format=torch.preserve_format)
-        return c.requires_grad_(a.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
-    if isinstance(a, (list, tuple)):
-        return type(a)(_copy(x) for x in a)
-    return a
-
-
-def _regenerate(x: Any, shape: tuple[int, ...], seed: int) -> Any:
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    if x.dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    lo = float(x.min()) if x.numel() else 0.0
-    hi = float(x.max()) if x.numel() else 1.0
-    if x.is_floating_point():
-        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(x.dtype)
-    return torch.randint(int(lo), int(hi) + 1, shape, generator=g).to(x.dtype)
-
-
-def _with_layout(x: Any, layout: str) -> Any:
-    import torch
-
-    if layout == "contiguous":
-        return x.contiguous()
-    if layout == "transposed" and x.dim() >= 2:
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "channels_last" and x.dim() == 4:
-        return x.contiguous(memory_format=torch.channels_last)
-    if layout == "strided" and x.dim() >= 1:
-        buf = torch.zeros(*x.shape[:-1], x.shape[-1] * 2, dtype=x.dtype)
-        buf[..., ::2] = x.detach()
-        return buf[..., ::2]
-    if layout == "expanded" and x.dim() >= 1 and x.shape[0] > 0:
-        return x.detach()[:1].expand(x.shape)
-    if layout in ("transposed", "channels_last", "strided", "expanded"):
-        return x
-    raise ValueError(f"unknown layout {layout!r}")
 
 
 def _detach(out: Any) -> Any:

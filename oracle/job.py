@@ -36,7 +36,9 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from nnforge.core import replay
 from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
+from nnforge.core.replay import CallStepError, apply_state, changes_state
 from nnforge.core.verdict import Frame, Symptom, Verdict
 from nnforge.oracle.backend import (Backend, Call, CallFailed, CallOutput, ExportFailed, RungSkipped, Unsupported,
                                     load_backends, parse_target)
@@ -131,100 +133,17 @@ class Program:
 
 
 def _state_changer(step: CallStep, module: Any) -> Callable[[Any], None] | None:
-    if step.mode is None and not step.set_attrs and not step.set_globals:
+    if not changes_state(step):
         return None
-
-    def apply(model: Any) -> None:
-        import torch
-
-        if step.mode == "train":
-            model.train()
-        elif step.mode == "eval":
-            model.eval()
-        for path, value in step.set_attrs.items():
-            *parents, last = path.split(".")
-            obj = model
-            for p in parents:
-                obj = getattr(obj, p)
-            current = getattr(obj, last, None)
-            if isinstance(current, torch.Tensor) and not isinstance(value, torch.Tensor):
-                value = torch.tensor(value, dtype=current.dtype)
-            setattr(obj, last, value)
-        for name, value in step.set_globals.items():
-            setattr(module, name, value)
-
-    return apply
+    return lambda model: apply_state(step, model, module)
 
 
 def build_args(base: tuple[Any, ...], changes: tuple[InputChange, ...], seed: int) -> tuple[Any, ...]:
-    """This call's arguments: copies of the base inputs with the step's changes applied."""
-    import torch
-
-    args = [_copy(a) for a in base]
-    for ch in changes:
-        if not 0 <= ch.index < len(args) or not isinstance(args[ch.index], torch.Tensor):
-            raise InvalidCase(f"call step changes input {ch.index}, which is not a tensor input")
-        x = args[ch.index]
-        if ch.shape is not None:
-            x = _regenerate(x, tuple(ch.shape), seed * 31 + ch.index)
-        if ch.dtype is not None:
-            x = x.to(getattr(torch, ch.dtype))
-        if ch.layout is not None:
-            x = _with_layout(x, ch.layout)
-        if ch.requires_grad is not None:
-            x = x.detach()
-            if ch.requires_grad and (x.is_floating_point() or x.is_complex()):
-                x.requires_grad_(True)
-        args[ch.index] = x
-    return tuple(args)
-
-
-def _copy(a: Any) -> Any:
-    import torch
-
-    if isinstance(a, torch.Tensor):
-        c = a.detach().clone(memory_format=torch.preserve_format)
-        return c.requires_grad_(a.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
-    if isinstance(a, (list, tuple)):
-        return type(a)(_copy(x) for x in a)
-    if isinstance(a, dict):
-        return {k: _copy(v) for k, v in a.items()}
-    return a
-
-
-def _regenerate(x: Any, shape: tuple[int, ...], seed: int) -> Any:
-    """New values of a new shape, drawn from the range the original values span."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    if x.dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    lo = float(x.min()) if x.numel() else 0.0
-    hi = float(x.max()) if x.numel() else 1.0
-    if x.is_floating_point():
-        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(x.dtype).requires_grad_(x.requires_grad)
-    return torch.randint(int(lo), int(hi) + 1, shape, generator=g).to(x.dtype)
-
-
-def _with_layout(x: Any, layout: str) -> Any:
-    """Same values (except `expanded`, which repeats the first slice), different strides."""
-    import torch
-
-    if layout == "contiguous":
-        return x.contiguous()
-    if layout == "transposed" and x.dim() >= 2:
-        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "channels_last" and x.dim() == 4:
-        return x.contiguous(memory_format=torch.channels_last)
-    if layout == "strided" and x.dim() >= 1:
-        buf = torch.zeros(*x.shape[:-1], x.shape[-1] * 2, dtype=x.dtype)
-        buf[..., ::2] = x.detach()
-        return buf[..., ::2].requires_grad_(x.requires_grad) if x.requires_grad else buf[..., ::2]
-    if layout == "expanded" and x.dim() >= 1 and x.shape[0] > 0:
-        return x.detach()[:1].expand(x.shape)
-    if layout in ("transposed", "channels_last", "strided", "expanded"):
-        return x  # the layout does not apply to a tensor of this rank
-    raise InvalidCase(f"unknown layout {layout!r}")
+    """This call's arguments (core.replay), with a step that cannot apply making the case invalid."""
+    try:
+        return replay.build_args(base, changes, seed)
+    except CallStepError as e:
+        raise InvalidCase(str(e)) from e
 
 
 def to_float64(a: Any) -> Any:

@@ -21,7 +21,6 @@ One token per operator, in evaluation order (arguments before the call):
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 from nnforge.core.testcase import TestCase
 

@@ -165,7 +165,7 @@ def _per_call_args(case: TestCase) -> list[tuple[Any, ...]] | None:
     """Each call's arguments, when a call step changes inputs (computed exactly as the oracle does)."""
     if case.inputs is None or not any(step.inputs for step in case.calls):
         return None
-    from nnforge.oracle.job import build_args
+    from nnforge.core.replay import build_args
 
     return [tuple(build_args(tuple(case.inputs), step.inputs, seed=i)) for i, step in enumerate(case.calls)]
 
