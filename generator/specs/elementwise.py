@@ -495,7 +495,12 @@ class BinarySpec(ElementwiseSpec):
             # A divisor must not be 0: integers raise, and for floats x / 0.0, x % 0.0 are
             # NaN/Inf for every x, which no value search can repair. In `s OP x` s is no divisor.
             divisor = self.nonzero_scalar and not (is_float(dt) and self.attrs["form"] == "rop")
-            self.choice_attr("scalar", scalar_pool(dt, nonzero=divisor))
+            pool = scalar_pool(dt, nonzero=divisor)
+            if divisor and not is_float(dt):
+                # INT_MIN / -1 and INT_MIN % -1 overflow: eager dies on SIGFPE (a NaN cast to int
+                # upstream is enough to make INT_MIN), so -1 is no integer divisor here
+                pool = [p for p in pool if p != "-1"]
+            self.choice_attr("scalar", pool)
         else:
             self.choice_attr("form", ["fn"] + (["op"] if self.operator else []))
 

@@ -84,7 +84,8 @@ class ScaledDotProductAttention(OpSpec):
     def accepts(cls, in_sigs):
         if not super().accepts(in_sigs):
             return False
-        if len(in_sigs) == 4 and in_sigs[3][1] > max(s[1] for s in in_sigs[:3]):
+        # the mask is added in place to q @ k^T, so it may not have more dims than q and k give it
+        if len(in_sigs) == 4 and in_sigs[3][1] > max(s[1] for s in in_sigs[:2]):
             return False
         return True
 
@@ -116,8 +117,15 @@ class ScaledDotProductAttention(OpSpec):
             c2, batch = broadcast_all([q[:-2], k[:-2], v[:-2]])
         cons += c2
         if len(inputs) == 4:
-            c3, full = broadcast(inputs[3].shape, batch + [q[-2], k[-2]])
-            cons += c3 + [a == b for a, b in zip(full, batch + [q[-2], k[-2]])]
+            # the mask broadcasts into the attention weights, whose batch dims come from q and k only
+            if self.attrs["enable_gqa"]:
+                c_qk, attn_batch = broadcast_all([q[:-3], k[:-3]])
+                attn_batch = attn_batch + [q[-3]]
+            else:
+                c_qk, attn_batch = broadcast_all([q[:-2], k[:-2]])
+            attn = attn_batch + [q[-2], k[-2]]
+            c3, full = broadcast(inputs[3].shape, attn)
+            cons += c_qk + c3 + [a == b for a, b in zip(full, attn)]
         return cons, batch + [q[-2], v[-1]]
 
     def requires(self, inputs):
