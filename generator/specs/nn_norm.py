@@ -13,7 +13,7 @@ import random
 import z3
 
 from nnforge.generator.abstract import AbsTensor
-from nnforge.generator.spec import OpSpec, Sig, dim_in_range, register_op, same_dtype_combos
+from nnforge.generator.spec import OpSpec, Sig, dim_in_range, norm_dim, pick, register_op, same_dtype_combos
 from nnforge.generator.specs.nn_arith import (
     FLOATS, MAX_CHANNELS, at_least, bounded, divides_small, fmt_float, more_than_one_element,
 )
@@ -341,7 +341,11 @@ class Normalize(OpSpec):
         self.choice_attr("eps", EPS)
 
     def requires(self, inputs):
-        return [dim_in_range(self.dim, inputs[0].rank)]
+        cons = [dim_in_range(self.dim, inputs[0].rank)]
+        if self.attrs["p"] == float("inf") and inputs[0].rank > 0:
+            # the inf norm is a max: it has no value on an empty dim, and eager raises there
+            cons.append(pick(inputs[0].shape, norm_dim(self.dim, inputs[0].rank)) >= 1)
+        return cons
 
     def type_transfer(self, inputs):
         return [AbsTensor(inputs[0].dtype, list(inputs[0].shape))]
