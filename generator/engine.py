@@ -218,12 +218,17 @@ class GraphGenerator:
 
     def insert_forward(self, spec: type[OpSpec], in_ids: list[int] | None = None) -> bool:
         """Append `spec` consuming existing values (and fresh placeholders where none fit)."""
-        planned = self._plan_forward(spec) if in_ids is None else (in_ids, [])
+        planned = self._plan_forward(spec) if in_ids is None else (list(in_ids), {})
         if planned is None:
             self.stats.no_match += 1
             return False
-        in_ids, new_sigs = planned
-        new_ids = [self.add_placeholder(sig, weight_hint=wh, bin_now=False) for sig, wh in new_sigs]
+        chosen, new_sigs = planned
+        new_ids = []
+        for j in sorted(new_sigs):  # fresh placeholders fill the open positions, in position order
+            sig, weight_hint = new_sigs[j]
+            chosen[j] = self.add_placeholder(sig, weight_hint=weight_hint, bin_now=False)
+            new_ids.append(chosen[j])
+        in_ids = chosen
         ins = [self.vals[i] for i in in_ids]
         op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
         tensors = [v.t for v in ins]
@@ -400,7 +405,10 @@ class GraphGenerator:
         for i in ids:
             self.vals.pop(i, None)
 
-    def _plan_forward(self, spec: type[OpSpec]) -> tuple[list[int], list[tuple[tuple[str, int], bool]]] | None:
+    def _plan_forward(
+            self, spec: type[OpSpec]) -> tuple[list[int | None], dict[int, tuple[tuple[str, int], bool]]] | None:
+        """Inputs for `spec`: existing value ids, None where a fresh placeholder is wanted, and
+        for those positions the placeholder's (dtype, rank) and whether it is a weight."""
         arity = spec.pick_arity(self.rng)
         combos = spec.dtype_combos(arity)
         if not combos:
@@ -432,11 +440,5 @@ class GraphGenerator:
                 sigs = [self.vals[c].t.sig if c is not None else new_sigs[j][0] for j, c in enumerate(chosen)]
                 if not spec.accepts(sigs):
                     continue
-                # fresh placeholders are created in position order by the caller
-                order = sorted(new_sigs)
-                ids: list[int] = []
-                fresh = iter(range(self._peek_id(), self._peek_id() + len(order)))
-                fresh_ids = {j: next(fresh) for j in order}
-                ids = [c if c is not None else fresh_ids[j] for j, c in enumerate(chosen)]
-                return ids, [new_sigs[j] for j in order]
+                return chosen, new_sigs
         return None
