@@ -21,7 +21,7 @@ import z3
 from nnforge.core.dtypes import ALL_DTYPES, is_float
 from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
-from nnforge.generator.spec import OpSpec, all_ops
+from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,17 @@ def _fresh_z3_context() -> None:
     the main context itself is replaced; terms of earlier models keep their own context alive.
     """
     z3._main_ctx = None  # z3 has no public reset; main_ctx() creates a new one on next use
+
+
+def generate_graph(cfg: GeneratorConfig) -> Generated:
+    """One model, safe in a process with other threads that touch specs (see `Z3_LOCK`): the
+    generator and all its solver terms are made and dropped under the lock."""
+    with Z3_LOCK:
+        generator = GraphGenerator(cfg)
+        try:
+            return generator.generate()
+        finally:
+            del generator
 
 
 class GraphGenerator:

@@ -10,7 +10,7 @@ import random
 
 from nnforge.core.dtypes import is_float, is_int
 from nnforge.generator.ir import Graph, Value
-from nnforge.generator.spec import OpSpec, all_ops
+from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
 
 HEADER = "import torch\nimport torch.nn.functional as F\n"
 
@@ -42,8 +42,11 @@ def random_tensor_expr(v: Value) -> str:
 def node_line(graph: Graph, node_index: int) -> str:
     node = graph.nodes[node_index]
     in_vals = [graph.values[i] for i in node.inputs]
-    spec = spec_instance(node.op, [(v.dtype, len(v.shape)) for v in in_vals], f"n{node.id}")
-    expr = spec.materialize([value_ref(graph, i) for i in node.inputs], dict(node.attrs), [list(v.shape) for v in in_vals])
+    with Z3_LOCK:  # the spec's constructor makes z3 terms; they must also die under the lock
+        spec = spec_instance(node.op, [(v.dtype, len(v.shape)) for v in in_vals], f"n{node.id}")
+        expr = spec.materialize([value_ref(graph, i) for i in node.inputs], dict(node.attrs),
+                                [list(v.shape) for v in in_vals])
+        del spec
     outs = ", ".join(f"v{o}" for o in node.outputs)
     return f"{outs} = {expr}"
 

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
-from nnforge.generator.engine import Generated, GeneratorConfig, GraphGenerator
+from nnforge.generator.engine import Generated, GeneratorConfig, generate_graph
 from nnforge.generator.materialize import to_program
 
 
@@ -14,7 +14,7 @@ INFERENCE_CALL = (CallStep(grad_enabled=False),)
 
 
 def generate_case(cfg: GeneratorConfig) -> tuple[TestCase, Generated]:
-    gen = GraphGenerator(cfg).generate()
+    gen = generate_graph(cfg)
     meta = {
         "origin": "generator",
         "seed": cfg.seed,
