@@ -23,6 +23,7 @@ _UNSUPPORTED_EXPORT_PHRASES = (
     "Only tuples, lists and Variables",
     "Could not export",
     "unsupported",
+    "does NOT support",  # "ONNX export does NOT support exporting bitwise OR for non-boolean input values"
 )
 
 
@@ -54,13 +55,26 @@ def export_for_backend(model: Any, args: tuple[Any, ...]) -> bytes:
         if isinstance(a, torch.Tensor) and a.dtype in (torch.bfloat16,) or isinstance(a, (list, tuple, dict)):
             raise Unsupported(f"ONNX backends take no {'bfloat16 tensors' if isinstance(a, torch.Tensor) else 'nested inputs'} as inputs")
     try:
-        return export_onnx(model, args)
+        onnx_bytes = export_onnx(model, args)
     except Exception as e:
         errors = getattr(torch.onnx, "errors", None)
         unsupported_type = getattr(errors, "UnsupportedOperatorError", ()) if errors else ()
         if (unsupported_type and isinstance(e, unsupported_type)) or any(p in str(e) for p in _UNSUPPORTED_EXPORT_PHRASES):
             raise Unsupported(f"the ONNX exporter cannot express this program: {type(e).__name__}: {_first_line(e)}") from e
         raise ExportFailed(f"ONNX export failed: {type(e).__name__}: {_first_line(e)}") from e
+    check_exported(onnx_bytes)
+    return onnx_bytes
+
+
+def check_exported(onnx_bytes: bytes) -> None:
+    """An exported model that breaks ONNX's own typing rules (e.g. MaxPool on int32) is the
+    exporter's fault: without this check, the runtime that refuses it would be blamed."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(onnx.load_from_string(onnx_bytes), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise ExportFailed(f"the exporter wrote an invalid ONNX model: {type(e).__name__}: {_first_line(e)}") from e
 
 
 def feeds_for(onnx_bytes: bytes, args: tuple[Any, ...]) -> dict[str, Any]:

@@ -179,3 +179,30 @@ def test_first_failing_rung_is_blamed_and_skipped_rungs_judge_nothing():
     died = type(died)(target="inductor", symptom=Symptom.SEGFAULT)
     assert blame_death(died, [("dynamo", Symptom.PASS), ("aot_autograd", Symptom.SEGFAULT)]).rung == "aot_autograd"
     assert blame_death(died, [("dynamo", Symptom.PASS), ("inductor", Symptom.PASS)]).rung == "inductor"
+
+
+_PROGRAM_WITH = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return ({expr},)
+
+def make_inputs():
+    return (torch.randint(-3, 4, [2, 5], dtype=torch.int16),)
+"""
+
+
+def test_an_exported_model_that_breaks_onnx_typing_is_blamed_on_the_exporter(tmp_path, monkeypatch):
+    """The TorchScript exporter writes Acos on int16 (eager promotes to float first); ORT refuses
+    the model, but the exporter is at fault, and unsupported exports are not bugs at all."""
+    monkeypatch.chdir(tmp_path)
+    res = run_case({"program": _PROGRAM_WITH.format(expr="torch.acos(x.clamp(-1, 1))"), "targets": ["ort"],
+                    "calls": [{"grad_enabled": False}]})
+    verdict = res["verdicts"][0]
+    assert (verdict["symptom"], verdict["rung"]) == ("crash", "onnx_export"), verdict
+    assert "Acos" in verdict["exc_message"] and "int16" in verdict["exc_message"]
+
+    res = run_case({"program": _PROGRAM_WITH.format(expr="torch.bitwise_or(x, x)"), "targets": ["ort"],
+                    "calls": [{"grad_enabled": False}]})
+    assert res["verdicts"][0]["symptom"] == "invalid", res["verdicts"][0]
