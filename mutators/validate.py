@@ -125,13 +125,16 @@ def _load(source: str) -> Any:
     path = os.path.join(os.getcwd(), name + ".py")
     with open(path, "w", encoding="utf-8") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+    finally:  # the code objects keep what they need; a check run outside a sandbox leaves no litter
+        os.unlink(path)
 
 
 def _detach(out: Any) -> Any:
