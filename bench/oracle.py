@@ -1,7 +1,9 @@
 """Value search benchmark on generator programs (vulnerable operators enabled).
 
 For each program the sandboxed worker runs value search and the eager reference; we report the
-share of programs whose every intermediate ends finite, and search time. With --nnsmith, the
+share of programs whose every intermediate ends finite, and search time, and why the failures
+failed (value_search.FAILURE_CLASSES: what the search saw at its last culprit, or, when random
+draws show the op non-finite whatever the values, `diagnose`'s verdict). With --nnsmith, the
 same figures for nnsmith's own search on nnsmith's own programs, in its separate virtualenv.
 
     .venv/bin/python bench/oracle.py --count 300
@@ -25,6 +27,7 @@ from nnforge.oracle.sandbox import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "nnforge.oracle.job:run_case"
+DIAGNOSE_JOB = "nnforge.oracle.value_search:diagnose_program"
 
 
 GENERATION_TIMEOUT_S = 60.0
@@ -56,10 +59,23 @@ def programs(nodes: int, count: int, seed0: int, hung: list[int]) -> Iterator[tu
         pool.terminate()
 
 
-def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int) -> dict:
+def classify_failure(pool: WorkerPool, program: str, search: dict | None) -> tuple[str, str]:
+    """(failure class, operator) of a failed search: `diagnose`'s verdict when it finds the op
+    non-finite for every draw, else what the search itself reported."""
+    culprit = str((search or {}).get("culprit"))[:40]
+    found = pool.call(DIAGNOSE_JOB, {"program": program, "seed": 0})
+    if found.ok and found.value.get("failure"):
+        return found.value["failure"], str(found.value["op"])
+    if not search or "failure" not in search:
+        return "search error" if search and search.get("error") else "unknown", culprit
+    return str(search["failure"]), culprit
+
+
+def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int, diagnose: bool = True) -> dict:
     searched = success = needed = needed_ok = crashed = invalid = 0
     times: list[float] = []
     culprits: dict[str, int] = {}
+    failures: dict[str, dict[str, int]] = {}
     hung: list[int] = []
     for k, (_seed, program, calls) in enumerate(programs(nodes, count, seed0, hung)):
         if k and k % 50 == 0:
@@ -82,11 +98,15 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             needed_ok += ok
         if s and not ok:
             culprits[str(s.get("culprit"))[:60]] = culprits.get(str(s.get("culprit"))[:60], 0) + 1
+        if not ok and diagnose:
+            kind, op = classify_failure(pool, program, s)
+            failures.setdefault(kind, {})
+            failures[kind][op] = failures[kind].get(op, 0) + 1
     times.sort()
     return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
             "crashed": crashed, "invalid": invalid, "generator_hung": hung, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
-            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8]}
+            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures}
 
 
 def main() -> None:
@@ -98,6 +118,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads of the worker (OMP_NUM_THREADS). With more threads than idle "
                          "cores, OpenMP's spin-waits make small ops 10-100x slower on a shared machine")
+    ap.add_argument("--no-diagnose", action="store_true",
+                    help="skip the failure breakdown (it reruns each failed program on 24 random draws)")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
@@ -106,7 +128,8 @@ def main() -> None:
         pool.warmup()
         for n in args.nodes:
             t = time.perf_counter()
-            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed), time.perf_counter() - t))
+            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose),
+                         time.perf_counter() - t))
     hdr = f"{'nodes':>5} {'programs':>8} {'all finite':>11} {'needed search':>14} {'repaired':>9} {'median ms':>10} {'p90 ms':>8}"
     print(hdr)
     print("-" * len(hdr))
@@ -118,6 +141,13 @@ def main() -> None:
         print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
               f"generator hung on seeds {r['generator_hung']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
+    if any(r["failures"] for r, _ in rows):
+        print("\nfailure breakdown (class: programs; top operators):")
+        for r, _ in rows:
+            print(f"  {r['nodes']} nodes:")
+            for kind, ops in sorted(r["failures"].items(), key=lambda kv: -sum(kv[1].values())):
+                top = ", ".join(f"{op} {k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1])[:6])
+                print(f"    {kind:<28} {sum(ops.values()):>4}  ({top})")
     if args.nnsmith:
         py = args.nnsmith_venv / "bin" / "python"
         print("\nnnsmith's own search (PracticalHybridSearch, its torch opset with vulnerable ops):")

@@ -40,7 +40,7 @@ STRAIGHT_THROUGH = frozenset(
     {
         "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "relu", "relu6", "hardtanh",
         "clamp", "clamp_min", "clamp_max", "threshold", "hardsigmoid", "hardswish", "heaviside",
-        "nan_to_num", "floor_divide",
+        "nan_to_num", "floor_divide", "softshrink", "hardshrink",
         # No gradient by construction; a search through them still has to reach what they read.
         "detach", "detach_copy",
     }
@@ -97,6 +97,8 @@ def op_info(func: Any) -> OpInfo:
         name = name[2:-2]
     elif inplace:
         name = name[:-1]
+    if name.startswith("_") and not name.startswith("__"):
+        name = name[1:]  # F.threshold is `_threshold`, private wrappers of public ops alike
     name = name.removeprefix("special_")
     name = _ALIASES.get(name, name)
     info = OpInfo(name=name, inplace=inplace)
@@ -379,10 +381,11 @@ def _running_variance(args, kwargs, dtype):
     return None if var is None else _below(var, MARGIN)
 
 
-def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
-    """The repair loss for operator `name` on these inputs: the table's, or the generic one
-    when the table has none or its loss is already zero (the inputs are inside the domain
-    but the result still overflowed)."""
+def repair_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+    """The repair loss for operator `name` on these inputs, and which kind it is: "domain" (the
+    table's loss: some input lies outside the safe domain), "magnitude" (the generic loss: the
+    inputs are inside the domain, or the table has no entry, so the result overflowed) or
+    "none" (outside the domain along an input with no gradient: only resampling can help)."""
     fn = SAFE_DOMAIN.get(name)
     if fn is not None:
         try:
@@ -392,8 +395,14 @@ def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.
         if loss is not None and float(loss.detach()) > 0.0:
             # Outside the domain: repair by gradient if that input is differentiable at all;
             # if not (an integer-driven divisor, say), no magnitude loss will help: resample.
-            return loss if loss.requires_grad else None
-    return magnitude_loss(args, kwargs, dtype)
+            return (loss, "domain") if loss.requires_grad else (None, "none")
+    loss = magnitude_loss(args, kwargs, dtype)
+    return loss, ("magnitude" if loss is not None else "none")
+
+
+def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
+    """The repair loss alone (see `repair_loss`)."""
+    return repair_loss(name, args, kwargs, dtype)[0]
 
 
 def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:

@@ -43,9 +43,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from nnforge.oracle.safe_domain import COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, loss_for, op_info
+from nnforge.oracle.safe_domain import COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, op_info, repair_loss
 
-__all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call"]
+__all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call", "diagnose", "FAILURE_CLASSES"]
 
 # Ranges tried, in order, when values are resampled instead of descended.
 SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
@@ -54,6 +54,7 @@ SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
     (-0.2, 0.2),
     (0.1, 1.0),
     (-3.0, 3.0),
+    (-0.02, 0.02),  # deep chains of products overflow (or leave acos's domain) unless tiny
 )
 
 
@@ -73,6 +74,8 @@ class SearchResult:
     culprit: str | None
     initially_finite: bool
     method: str  # "none" | "gradient" | "sampling"
+    # On failure, why the last culprit resisted (one of FAILURE_CLASSES); None on success.
+    failure: str | None = None
 
     def to_json(self) -> dict:
         """The scalar fields (the tensors are saved separately, as inputs.pt/state_dict.pt)."""
@@ -83,6 +86,7 @@ class SearchResult:
             "culprit": self.culprit,
             "initially_finite": self.initially_finite,
             "method": self.method,
+            "failure": self.failure,
         }
 
     @classmethod
@@ -176,6 +180,8 @@ class _Interceptor(TorchFunctionMode):
         self.culprit: str | None = None
         self.culprit_key: tuple[int, str] | None = None
         self.loss: torch.Tensor | None = None
+        self.loss_kind = "none"  # repair_loss's kind at the culprit
+        self.culprit_dtype: torch.dtype | None = None
         self.hinges: list[torch.Tensor] = []
         self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -206,7 +212,8 @@ class _Interceptor(TorchFunctionMode):
         if _nonfinite_in(target):
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
             self.culprit, self.culprit_key = info.name, key
-            self.loss = loss_for(info.name, loss_args, loss_kwargs, _dtype_of(target))
+            self.culprit_dtype = _dtype_of(target)
+            self.loss, self.loss_kind = repair_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype)
             raise _Stop
         if key in self.seen:
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
@@ -321,6 +328,106 @@ def checked_call(model: torch.nn.Module, inputs: tuple) -> tuple[Any, str | None
     return out, culprit
 
 
+# --------------------------------------------------------------------------- diagnosis
+
+
+class _Probe(TorchFunctionMode):
+    """Records, per operator call, whether its result was non-finite although its operands were
+    finite, and a fingerprint of those operands (to tell a constant operand from a varying one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str, Any]] = []  # (op name, "bad" | "ok" | "skip", fingerprint)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        info = op_info(func)
+        leaves = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+        finite_in = not any(_nonfinite_in(x) for x in leaves)
+        before = _fingerprint(leaves) if finite_in else None
+        out = func(*args, **kwargs)
+        target = args[0] if out is None and info.inplace and args else out
+        if not finite_in:
+            self.calls.append((info.name, "skip", None))
+        elif _nonfinite_tree(target):
+            self.calls.append((info.name, "bad", before))
+        else:
+            self.calls.append((info.name, "ok", None))
+        return out
+
+
+def _fingerprint(tensors: list[torch.Tensor]) -> tuple:
+    parts = []
+    for x in tensors:
+        if x.layout != torch.strided or x.is_complex():
+            parts.append((tuple(x.shape), str(x.dtype)))
+            continue
+        v = x.detach().to(torch.float64).flatten()
+        ramp = torch.arange(1, v.numel() + 1, dtype=torch.float64)
+        parts.append((tuple(x.shape), str(x.dtype), float(v.sum()), float((v * ramp).sum())))
+    return tuple(parts)
+
+
+def diagnose(model: torch.nn.Module, inputs: tuple, draws: int = 24, seed: int = 0) -> tuple[str, str] | None:
+    """Whether a program is non-finite for *every* value, as far as random draws can tell.
+
+    Runs the program on its own values and on `draws` fresh ones (inputs and weights resampled
+    from the search's ranges, integer and boolean inputs included). An operator that is
+    non-finite in every run where its operands were finite (at least three) cannot be repaired
+    by any search: ("constant operand", op) when its operands were identical every time
+    (`log(x - x)`, `rsqrt(isinf(x))`, `lgamma` of indices), ("non-finite in every draw", op)
+    when they varied (`acosh(tanh(x))`, `std` with no degrees of freedom left, a pad value of
+    inf; draws are evidence, not proof: a domain narrower than every draw lands here too).
+    None otherwise.
+    Slow (one full run per draw); meant for benchmarks and reports, not for every test. The
+    model's parameters are left as they were."""
+    cfg = ValueSearch(seed=seed)
+    with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
+        run = _Run(cfg, model, tuple(inputs), time.perf_counter())
+        try:
+            runs = []
+            for k in range(draws + 1):
+                if k:
+                    run._sample(all_slots=True)
+                probe = _Probe()
+                try:
+                    run._forward(searching=False, mode=probe)
+                except Exception:
+                    pass
+                runs.append(probe.calls)
+        finally:
+            run._finish(False, None, 0, initially_finite=False)
+    n_calls = max(len(r) for r in runs)
+    for i in range(n_calls):
+        seen = [r[i] for r in runs if i < len(r)]
+        names = {c[0] for c in seen}
+        if len(names) != 1:
+            continue  # control flow differs between runs: positions are not comparable
+        bad = [c for c in seen if c[1] == "bad"]
+        if len(bad) >= 3 and not any(c[1] == "ok" for c in seen):
+            constant = len({c[2] for c in bad}) == 1
+            return ("constant operand" if constant else "non-finite in every draw"), bad[0][0]
+    return None
+
+
+def diagnose_program(payload: dict) -> dict:
+    """Worker job (`nnforge.oracle.value_search:diagnose_program`): `diagnose` on a program's
+    own model and inputs, built as the oracle builds them (payload: program, seed)."""
+    from nnforge.oracle.program_loader import load_program, unload_program
+
+    module = load_program(payload["program"], name="program")
+    try:
+        seed = int(payload.get("seed", 0))
+        torch.manual_seed(seed)
+        model = module.Model()
+        torch.manual_seed(seed)
+        inputs = tuple(module.make_inputs())
+        found = diagnose(model, inputs, seed=seed)
+    finally:
+        unload_program(module)
+    return {"failure": found[0], "op": found[1]} if found else {"failure": None, "op": None}
+
+
 # --------------------------------------------------------------------------- the search
 
 
@@ -347,6 +454,8 @@ class _Outcome:
     key: tuple[int, str] | None = None
     loss: torch.Tensor | None = None
     error: str | None = None
+    loss_kind: str = "none"
+    dtype: torch.dtype | None = None
 
 
 class ValueSearch:
@@ -440,11 +549,18 @@ class _Run:
 
     # -- running the program
 
-    def _forward(self, searching: bool) -> _Outcome:
+    def _forward(self, searching: bool, mode: TorchFunctionMode | None = None) -> _Outcome:
+        """One run of the program on the current values. `mode`: another interceptor to run
+        under (diagnosis), whose outcome is the caller's to read; exceptions then propagate."""
         with torch.no_grad():
             for b, snapshot in self.buffers:
                 b.copy_(snapshot)
         torch.default_generator.manual_seed(self.cfg.seed)
+        if mode is not None:
+            args = [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in self.values]
+            with torch.no_grad(), mode:
+                self.model(*tree_unflatten(args, self.spec))
+            return _Outcome()
         mode = self.mode
         mode.reset()
         mode.searching = searching
@@ -459,19 +575,24 @@ class _Run:
                 with mode:
                     out = self.model(*tree_unflatten(args, self.spec))
         except _Stop:
-            return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+            return self._culprit_outcome()
         except Exception as e:
             if mode.culprit is not None:  # raised downstream of a NaN (say, NaN -> int index)
-                return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+                return self._culprit_outcome()
             # the program itself failed: not something values can fix here
             return _Outcome(error=f"exception: {type(e).__name__}: {str(e)[:300]}")
         finally:
             mode.shadows = {}
         if mode.culprit is not None:
-            return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges))
+            return self._culprit_outcome()
         if _nonfinite_tree(out):
             return _Outcome("output", (-1, "output"), _total(None, mode.hinges))
         return _Outcome()
+
+    def _culprit_outcome(self) -> _Outcome:
+        mode = self.mode
+        return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges),
+                        loss_kind=mode.loss_kind, dtype=mode.culprit_dtype)
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.start) * 1000.0
@@ -515,14 +636,14 @@ class _Run:
                     s.work.copy_(s.master)
                 s.master.grad = None
 
-    def _sample(self) -> None:
-        """Fresh values from the next range; parameters only every other time, so that an
-        input-driven culprit is first tried with the model's own weights."""
+    def _sample(self, all_slots: bool = False) -> None:
+        """Fresh values from the next range; parameters only every other time (unless
+        `all_slots`), so that an input-driven culprit is first tried with the model's own weights."""
         lo, hi = SAMPLING_RANGES[self.samples % len(SAMPLING_RANGES)]
         has_inputs = any(not s.is_param for s in self.slots) or bool(self.bool_inputs)
         with torch.no_grad():
             for s in self.slots:
-                if s.is_param and has_inputs and self.samples % 2 == 0:
+                if s.is_param and has_inputs and self.samples % 2 == 0 and not all_slots:
                     continue
                 if s.bounds is not None:
                     ilo, ihi = _int_range(s.bounds, self.samples)
@@ -559,7 +680,7 @@ class _Run:
         try:
             first = self._forward(searching=False)
             if first.error is not None:
-                return self._finish(False, first.error, 0, initially_finite=False)
+                return self._finish(False, first.error, 0, initially_finite=False, failure="program raises")
             if first.culprit is None:
                 return self._finish(True, None, 0, initially_finite=True)
             return self._search(first)
@@ -569,6 +690,7 @@ class _Run:
     def _search(self, first: _Outcome) -> SearchResult:
         cfg = self.cfg
         culprit = first.culprit
+        last = first
         self._repair_nonfinite_start()
         iterations = 0
         use_grad = True
@@ -591,10 +713,12 @@ class _Run:
                 outcome = check
             if outcome.culprit is not None:
                 culprit = outcome.culprit
+                last = outcome
                 if outcome.key is not None:
                     self.mode.seen.add(outcome.key)
             elif outcome.error is not None:
                 culprit = outcome.error
+                last = outcome
             stepped = False
             if use_grad and outcome.loss is not None:
                 value = float(outcome.loss.detach())
@@ -612,9 +736,10 @@ class _Run:
                 self._sample()
                 stall, last_key, best, descent = 0, None, math.inf, 0
             iterations += 1
-        return self._finish(False, culprit, iterations, initially_finite=False)
+        return self._finish(False, culprit, iterations, initially_finite=False, failure=_failure_class(last))
 
-    def _finish(self, success: bool, culprit: str | None, iterations: int, initially_finite: bool) -> SearchResult:
+    def _finish(self, success: bool, culprit: str | None, iterations: int, initially_finite: bool,
+                failure: str | None = None) -> SearchResult:
         with torch.no_grad():
             for b, snapshot in self.buffers:
                 b.copy_(snapshot)
@@ -650,12 +775,38 @@ class _Run:
             culprit=culprit,
             initially_finite=initially_finite,
             method=method,
+            failure=None if success else failure,
         )
 
     def _restore_flags(self) -> None:
         for p, _, requires_grad, grad in self.params:
             p.requires_grad_(requires_grad)
             p.grad = grad
+
+
+# Why a search failed. The search itself tells the last four apart from what it saw at its
+# last culprit; `diagnose` (a separate, slower probe) recognises the first two.
+FAILURE_CLASSES = (
+    "constant operand",  # the culprit's operands are the same whatever the values: log(x - x)
+    "non-finite in every draw",  # operands vary, the op was non-finite in every random draw
+    "program raises",  # the values the search reached make the program raise
+    "no gradient path",  # outside the domain along operands no gradient reaches; sampling failed
+    "low-precision overflow",  # float16/bfloat16 result overflows; shrinking did not cure it
+    "overflow",  # float32/64 result overflows; shrinking did not cure it
+    "search exhausted",  # a domain loss was descending when the budget ran out
+)
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _failure_class(last: _Outcome) -> str:
+    if last.culprit is None and last.error is not None:
+        return "program raises"
+    if last.loss_kind == "domain":
+        return "search exhausted"
+    if last.loss_kind == "magnitude":
+        return "low-precision overflow" if last.dtype in _LOW_PRECISION else "overflow"
+    return "no gradient path"
 
 
 class _Adam:
@@ -709,7 +860,12 @@ class _Adam:
         denom = torch._foreach_div(vs, c2)
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, self.eps)
-        torch._foreach_addcdiv_(ps, ms, denom, steps)
+        # Only elements with a gradient now move: a hinge that is satisfied (gradient 0) must not
+        # be pushed back out of its domain by momentum left over from an earlier culprit.
+        update = torch._foreach_div(ms, denom)
+        torch._foreach_mul_(update, [g.ne(0).to(g.dtype) for g in gs])
+        torch._foreach_mul_(update, steps)
+        torch._foreach_add_(ps, update)
 
 
 def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
@@ -725,9 +881,10 @@ def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
 
 def _int_range(bounds: tuple[int, int], k: int) -> tuple[int, int]:
     """The k-th sub-range tried when an integer input is resampled: all of it, its positive
-    part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, small positives."""
+    part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, zeros (erfinv, acos
+    of i0), small positives, its negative part (sign of a bitwise not), {0, 1}."""
     lo, hi = bounds
-    wanted = ((lo, hi), (1, hi), (-1, 1), (1, 1), (1, 3), (0, 1))[k % 6]
+    wanted = ((lo, hi), (1, hi), (-1, 1), (1, 1), (0, 0), (1, 3), (lo, -1), (0, 1))[k % 8]
     a, b = max(lo, wanted[0]), min(hi, wanted[1])
     return (a, b) if a <= b else (lo, hi)
 

@@ -340,3 +340,36 @@ def test_gamma_poles_are_left_without_forcing_positive_values():
     res = ValueSearch(**SEARCH).run(Gamma(), inputs)
     assert_repaired(Gamma(), inputs, res)
     assert res.inputs[0][3] == -1.5  # negative non-integers are inside the domain: left alone
+
+
+def test_log1p_behind_threshold_is_repaired_through_its_flat_side():
+    # F.threshold reaches the interceptor as `_threshold`; it must still pass gradient straight through.
+    class ThresholdLog(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(8))
+
+        def forward(self, x):
+            return torch.log1p(F.threshold(self.w, 2.0, -2.0)) + x
+
+    model, inputs = ThresholdLog(), (torch.randn(8),)
+    assert first_nonfinite(model, inputs) == "log1p"
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert res.success and res.method == "gradient", res
+    assert (model.w > 2.0).all()
+
+
+def test_failure_is_classified_and_constant_operands_are_diagnosed():
+    from nnforge.oracle.value_search import FAILURE_CLASSES, diagnose
+
+    class RsqrtOfZero(nn.Module):
+        def forward(self, x):
+            return torch.rsqrt(x - x) + torch.log(x)
+
+    model, inputs = RsqrtOfZero(), (torch.rand(5) + 0.5,)
+    res = ValueSearch(budget_ms=100.0, max_iters=40).run(model, inputs)
+    assert not res.success and res.culprit == "rsqrt"
+    assert res.failure in FAILURE_CLASSES and res.to_json()["failure"] == res.failure
+    assert diagnose(model, inputs) == ("constant operand", "rsqrt")
+    # A repairable program is not diagnosed as hopeless.
+    assert diagnose(ArgmaxOfLog(), (torch.tensor([-1.0, 2.0, -3.0, 0.5]),)) is None
