@@ -229,15 +229,21 @@ def _signature_digest(v: Verdict, case: TestCase) -> str:
 
 
 def _compiler_notes(v: Verdict, result: Any) -> list[str]:
-    """Graph-break and recompile reasons, when the oracle reports them (normalised)."""
-    notes = []
-    sources = [getattr(v, "graph_breaks", None), getattr(v, "recompiles", None)]
-    ref = result.reference or {}
-    sources += [ref.get("graph_breaks"), ref.get("recompiles")]
-    for kind, items in zip(("gb", "rc", "gb", "rc"), sources):
-        for item in items or ():
-            notes.append(f"{kind}:{_normalise(str(item))}")
-    return notes
+    """Dynamo's graph-break (`gb:`) and recompile (`rc:`) reasons on the verdict's target, normalised
+    (numbers, names), from `CaseResult.dynamo` (torch.compile targets; oracle/dynamo_record.py)."""
+    record = compiler_record(result, v.target) or {"graph_breaks": [], "recompiles": []}
+    return ([f"gb:{_normalise(r)}" for r in record["graph_breaks"]]
+            + [f"rc:{_normalise(r)}" for r in record["recompiles"]])
+
+
+def compiler_record(result: Any, target: str) -> dict[str, list[str]] | None:
+    """{"graph_breaks": [...], "recompiles": [...]} Dynamo recorded for `target`; None when it recorded
+    nothing (not a torch.compile target, an invalid case, a dead worker)."""
+    d = (getattr(result, "dynamo", None) or {}).get(target)
+    if d is None:
+        return None
+    return {"graph_breaks": [str(x) for x in d.get("graph_breaks") or ()],
+            "recompiles": [str(x) for x in d.get("recompiles") or ()]}
 
 
 def _normalise(text: str) -> str:
@@ -408,7 +414,8 @@ class Campaign:
         from nnforge.mutators.llm import llm_mutators
 
         settings = load_settings(llm_provider="openai")
-        client = LLMClient.from_settings(settings)
+        # The replies live in DIR's store (table llm_cache): a resumed campaign asks nothing twice.
+        client = LLMClient.from_settings(settings, cache=self.store.llm_cache())
         bank = ExampleBank(settings.llm_cache_dir)
         return llm_mutators(client, bank=bank, max_repairs=settings.llm_max_repairs)
 
@@ -533,7 +540,8 @@ class Campaign:
         t_search = float(result.timings.get("prepare_s", 0.0))
         finding_id = self.store.record_verdict(test, verdict, t_search=round(t_search, 4),
                                                t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
-                                               elapsed_s=round(self.elapsed(), 2), novel=bool(new))
+                                               elapsed_s=round(self.elapsed(), 2), novel=bool(new),
+                                               compiler=compiler_record(result, test.target))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
         if new:

@@ -13,8 +13,12 @@ Tables and columns (the HTML report and summary read them):
   `queued` are the tests that were in flight: a resumed campaign runs them again.
 - `tests` (base table of Store) gains: `source`, `mutator`, `category`, `arm`, `t_generate`,
   `t_mutate`, `t_search`, `t_oracle` (seconds per stage), `elapsed_s` (campaign time when the
-  verdict came), `novel` (1 when the scheduler was rewarded: new behaviour), `test_no`.
-  `origin` holds the seed source as well.
+  verdict came), `novel` (1 when the scheduler was rewarded: new behaviour), `test_no`,
+  `graph_breaks` and `recompiles` (JSON lists of the reasons Dynamo recorded for the test,
+  torch.compile targets only: oracle/dynamo_record.py). `origin` holds the seed source as well.
+- `llm_cache`: the campaign's LLM replies by prompt hash (`key`, `model`, `purpose`, `tokens`,
+  `created`, `reply`), so DIR holds them and a resumed campaign asks the model nothing twice
+  (`StoreLLMCache`, the cache `core.llm.LLMClient` uses in a campaign).
 - `stats`: one row every ~10 s: ts, elapsed_s, tests, tests_per_min, bugs, clusters, invalid,
   worker_restarts, timeouts, segfaults, rss_mb (max worker RSS), covered_lines (NULL without
   coverage), json (everything else: verdict counts per target, scheduler summary, ...).
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -67,12 +73,21 @@ CREATE TABLE IF NOT EXISTS stats (
     covered_lines INTEGER,
     json TEXT
 );
+CREATE TABLE IF NOT EXISTS llm_cache (
+    key TEXT PRIMARY KEY,
+    model TEXT,
+    purpose TEXT,
+    tokens INTEGER,
+    created REAL NOT NULL,
+    reply TEXT NOT NULL
+);
 """
 
 # Columns a campaign adds to Store's `tests` table.
 TEST_COLUMNS = (("source", "TEXT"), ("mutator", "TEXT"), ("category", "TEXT"), ("arm", "TEXT"),
                 ("t_generate", "REAL"), ("t_mutate", "REAL"), ("t_search", "REAL"), ("t_oracle", "REAL"),
-                ("elapsed_s", "REAL"), ("novel", "INTEGER"), ("test_no", "INTEGER"))
+                ("elapsed_s", "REAL"), ("novel", "INTEGER"), ("test_no", "INTEGER"), ("graph_breaks", "TEXT"),
+                ("recompiles", "TEXT"))
 
 STATS_COLUMNS = ("ts", "elapsed_s", "tests", "tests_per_min", "bugs", "clusters", "invalid", "worker_restarts",
                  "timeouts", "segfaults", "rss_mb", "covered_lines", "json")
@@ -149,26 +164,33 @@ class CampaignStore(Store):
 
     # -- one verdict --------------------------------------------------------------------------------
     def record_verdict(self, test: QueuedTest, verdict: Verdict, *, t_search: float, t_oracle: float,
-                       elapsed_s: float, novel: bool) -> int | None:
+                       elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None) -> int | None:
         """Write the test's verdict, its finding when it is a bug, and mark the queue row done, in
         one transaction: a finding is in the store before anything else is done with it.
+        `compiler`: {"graph_breaks": [...], "recompiles": [...]} Dynamo recorded (NULL columns without).
         Returns the finding id (None when not a bug)."""
         now = time.time()
         finding_id = None
+        gb = rc = None
+        if compiler is not None:
+            gb = json.dumps(list(compiler.get("graph_breaks") or ()))
+            rc = json.dumps(list(compiler.get("recompiles") or ()))
         with self._tx():
             self._db.execute(
                 "INSERT INTO tests (case_id, folder, origin, target, symptom, rung, verdict_json, created, source, "
-                "mutator, category, arm, t_generate, t_mutate, t_search, t_oracle, elapsed_s, novel, test_no) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "mutator, category, arm, t_generate, t_mutate, t_search, t_oracle, elapsed_s, novel, test_no, "
+                "graph_breaks, recompiles) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(case_id, target) DO UPDATE SET folder = excluded.folder, origin = excluded.origin, "
                 "symptom = excluded.symptom, rung = excluded.rung, verdict_json = excluded.verdict_json, "
                 "created = excluded.created, source = excluded.source, mutator = excluded.mutator, "
                 "category = excluded.category, arm = excluded.arm, t_generate = excluded.t_generate, "
                 "t_mutate = excluded.t_mutate, t_search = excluded.t_search, t_oracle = excluded.t_oracle, "
-                "elapsed_s = excluded.elapsed_s, novel = excluded.novel, test_no = excluded.test_no",
+                "elapsed_s = excluded.elapsed_s, novel = excluded.novel, test_no = excluded.test_no, "
+                "graph_breaks = excluded.graph_breaks, recompiles = excluded.recompiles",
                 (test.case_id, test.folder, test.source, verdict.target, verdict.symptom.value, verdict.rung,
                  verdict.dumps(), now, test.source, test.mutator, test.category, test.arm, test.t_generate,
-                 test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no))
+                 test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no, gb, rc))
             if verdict.is_bug:
                 self._db.execute(
                     "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created) "
@@ -219,3 +241,53 @@ class CampaignStore(Store):
             d["json"] = json.loads(d["json"] or "{}")
             out.append(d)
         return out
+
+    # -- the LLM cache ------------------------------------------------------------------------------
+    def llm_cache(self) -> "StoreLLMCache":
+        """An `LLMCache` (core/llm.py) over this store's `llm_cache` table, usable from any thread."""
+        return StoreLLMCache(self.path)
+
+    def llm_cache_count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM llm_cache").fetchone()[0])
+
+
+class StoreLLMCache:
+    """LLM replies kept in the campaign store (table `llm_cache`), keyed by `core.llm.cache_key`.
+
+    It has its own connection (the store's is the campaign loop's; mutators and triage may call
+    from other threads), guarded by a lock; WAL lets it read and write beside the loop's writes.
+    A failed read is a miss and a failed write is logged by the client: a cache never fails a call.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _con(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db.execute("CREATE TABLE IF NOT EXISTS llm_cache (key TEXT PRIMARY KEY, model TEXT, purpose TEXT, "
+                             "tokens INTEGER, created REAL NOT NULL, reply TEXT NOT NULL)")
+        return self._db
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            try:
+                row = self._con().execute("SELECT reply FROM llm_cache WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error:
+                return None
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._con().execute(
+                "INSERT OR REPLACE INTO llm_cache (key, model, purpose, tokens, created, reply) VALUES (?, ?, ?, ?, ?, ?)",
+                (key, record.get("model"), record.get("purpose"), int(record.get("tokens") or 0),
+                 float(record.get("created") or time.time()), str(record["reply"])))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None

@@ -107,7 +107,8 @@ def result_from_wire(case: TestCase, wire: dict[str, Any]) -> Any:
     extra = {"coverage": wire["coverage"]} if wire.get("coverage") is not None else {}
     return CaseResult(case=judged, verdicts=tuple(Verdict.from_json(v) for v in r["verdicts"]), search=r.get("search"),
                       reference=r.get("reference"), values_chosen=bool(r.get("values_chosen")),
-                      invalid_reason=r.get("invalid_reason"), timings=dict(r.get("timings") or {}), **extra)
+                      invalid_reason=r.get("invalid_reason"), timings=dict(r.get("timings") or {}),
+                      dynamo=dict(r.get("dynamo") or {}), **extra)
 
 
 def pool_rss_mb(pool: Any) -> float:

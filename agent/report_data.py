@@ -81,6 +81,26 @@ class SchedulerView:
 
 
 @dataclass(frozen=True)
+class ReasonRow:
+    """One graph-break or recompile reason (normalised: numbers and names as placeholders)."""
+
+    reason: str
+    tests: int  # tests that recorded it
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompilerReasons:
+    """What Dynamo recorded over the campaign's torch.compile tests (tests.graph_breaks / recompiles)."""
+
+    tests: int  # tests with a record (torch.compile targets since the columns exist)
+    with_graph_breaks: int
+    with_recompiles: int
+    graph_breaks: tuple[ReasonRow, ...]  # most frequent first
+    recompiles: tuple[ReasonRow, ...]
+
+
+@dataclass(frozen=True)
 class CampaignView:
     folder: Path
     status: str | None
@@ -104,6 +124,7 @@ class CampaignView:
     scheduler: SchedulerView | None
     timeline_source: str  # "stats" or "tests" (derived from per-test rows when no stats exist)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(minutes, value)]
+    compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
 
     @property
     def tests_per_min(self) -> float:
@@ -224,7 +245,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
-        scheduler=_scheduler(db), timeline_source=source, series=series)
+        scheduler=_scheduler(db), timeline_source=source, series=series, compiler=_compiler_reasons(db))
 
 
 def _max_test_elapsed(db: _Db) -> float:
@@ -382,6 +403,43 @@ def _scheduler(db: _Db) -> SchedulerView | None:
     seen = data.get("seen")
     return SchedulerView(policy=str(data.get("policy") or "unknown"), settings=settings, arms=tuple(arms),
                          seen=len(seen) if isinstance(seen, list) else int(seen or 0))
+
+
+def _compiler_reasons(db: _Db, limit: int = 10) -> CompilerReasons | None:
+    """The most frequent graph-break and recompile reasons over the tests that recorded them."""
+    cols = db.cols("tests")
+    if "graph_breaks" not in cols or "recompiles" not in cols:
+        return None
+    try:
+        from nnforge.triage.normalize import normalize_message
+    except Exception:  # triage missing: group the reasons as written
+        def normalize_message(text: str) -> str:
+            return text
+    counts: dict[str, dict[str, Any]] = {"graph_breaks": {}, "recompiles": {}}
+    tests = with_gb = with_rc = 0
+    for r in db.rows("SELECT target, graph_breaks, recompiles FROM tests "
+                     "WHERE graph_breaks IS NOT NULL OR recompiles IS NOT NULL"):
+        tests += 1
+        for kind in ("graph_breaks", "recompiles"):
+            try:
+                items = json.loads(r[kind]) if r[kind] else []
+            except ValueError:
+                items = []
+            reasons = {normalize_message(str(x))[:200] for x in items if x}
+            if reasons:
+                with_gb += kind == "graph_breaks"
+                with_rc += kind == "recompiles"
+            for reason in reasons:
+                entry = counts[kind].setdefault(reason, {"n": 0, "targets": set()})
+                entry["n"] += 1
+                entry["targets"].add(str(r["target"]))
+
+    def top(kind: str) -> tuple[ReasonRow, ...]:
+        rows = sorted(counts[kind].items(), key=lambda kv: (-kv[1]["n"], kv[0]))[:limit]
+        return tuple(ReasonRow(reason=k, tests=v["n"], targets=tuple(sorted(v["targets"]))) for k, v in rows)
+
+    return CompilerReasons(tests=tests, with_graph_breaks=with_gb, with_recompiles=with_rc,
+                           graph_breaks=top("graph_breaks"), recompiles=top("recompiles"))
 
 
 def _empty_view(folder: Path) -> CampaignView:

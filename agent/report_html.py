@@ -190,6 +190,8 @@ def render_report(view: CampaignView) -> str:
     else:
         parts.append('<p class="muted">no tests recorded</p>')
 
+    parts.append(_compiler_section(view))
+
     parts.append("<h2>Yield</h2>")
     for rows, what in ((view.by_category, "category"), (view.by_target, "target"), (view.by_source, "seed source"),
                        (view.by_mutator, "mutator")):
@@ -221,6 +223,23 @@ def render_report(view: CampaignView) -> str:
                  "same figures as text.</p>")
     parts.append("</main></body></html>")
     return "\n".join(parts)
+
+
+def _compiler_section(view: CampaignView) -> str:
+    """The most frequent graph-break and recompile reasons Dynamo recorded over torch.compile tests."""
+    out = ["<h2>Graph breaks and recompiles (torch.compile)</h2>"]
+    c = view.compiler
+    if c is None or c.tests == 0:
+        out.append('<p class="muted">no graph breaks or recompiles recorded (no torch.compile tests yet)</p>')
+        return "".join(out)
+    out.append(f"<p>{c.tests} torch.compile tests: {c.with_graph_breaks} with a graph break, {c.with_recompiles} "
+               "with a recompile on a later call. Reasons are normalised (numbers and names as placeholders).</p>")
+    for title, rows in (("graph-break reason", c.graph_breaks), ("recompile reason (guard failure)", c.recompiles)):
+        if rows:
+            out.append(_table([f"top {title}", "tests", "targets"],
+                              [[_Raw(f"<code>{escape(r.reason)}</code>"), r.tests, ", ".join(r.targets)] for r in rows],
+                              numeric={1}))
+    return "".join(out)
 
 
 def _scheduler_section(view: CampaignView) -> str:

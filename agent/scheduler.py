@@ -10,7 +10,9 @@ every arm keeps a chance.
 Reward (1 or 0 per test), "new behaviour" meaning any of:
 - a bug verdict whose signature (`triage.signature.signature_of`: symptom, target, rung and a
   normalised crash location or the program's canonical form) was not seen before;
-- a graph-break or recompile reason not seen before, when the oracle reports them;
+- a graph-break or recompile reason (normalised) not seen before on a torch.compile target:
+  the oracle reports what Dynamo recorded over each test's state-retained compiled runs
+  (`CaseResult.dynamo`, oracle/dynamo_record.py);
 - compiler lines covered for the first time, when coverage is on.
 Passing and invalid verdicts earn nothing on their own: an arm is not paid for making programs
 that the reference rejects in new ways.

@@ -49,6 +49,20 @@ def _yield_table(rows: tuple[YieldRow, ...], what: str) -> list[str]:
                   [[r.key, r.tests, r.bugs, _pct(r.bug_rate), r.clusters, _pct(r.invalid_rate)] for r in rows])
 
 
+def _compiler_section(view: CampaignView) -> list[str]:
+    """The most frequent reasons Dynamo broke a graph or recompiled, over the torch.compile tests."""
+    c = view.compiler
+    if c is None or c.tests == 0:
+        return ["_no graph breaks or recompiles recorded (no torch.compile tests yet)_"]
+    out = [f"{c.tests} torch.compile tests: {c.with_graph_breaks} with a graph break, "
+           f"{c.with_recompiles} with a recompile on a later call.", ""]
+    for title, rows in (("graph-break reason", c.graph_breaks), ("recompile reason (guard failure)", c.recompiles)):
+        if rows:
+            out += _table([f"top {title}", "tests", "targets"],
+                          [[f"`` {r.reason} ``", r.tests, ", ".join(r.targets)] for r in rows]) + [""]
+    return out[:-1] if out[-1] == "" else out
+
+
 def render_summary(view: CampaignView) -> str:
     health = view.health()
     lines = [f"# NNForge campaign: {view.folder.name}", ""]
@@ -87,6 +101,8 @@ def render_summary(view: CampaignView) -> str:
                         [[t, sum(c.values())] + [c.get(s, 0) for s in symptoms] for t, c in sorted(view.verdicts.items())])
     else:
         lines.append("_no tests recorded_")
+
+    lines += ["", "## Graph breaks and recompiles (torch.compile)", ""] + _compiler_section(view)
 
     lines += ["", "## Yield per category", ""] + _yield_table(view.by_category, "category")
     lines += ["", "## Yield per target", ""] + _yield_table(view.by_target, "target")

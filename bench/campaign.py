@@ -6,13 +6,16 @@ worker too), the share of time per stage, the clusters found (one line each), wo
 time (first / last / max and growth), and lines of torch's compiler packages covered over time.
 
 Then, in the same run, nnsmith's own fuzzing loop against torch.compile (bench/nnsmith_fuzz.py,
-in a separate virtualenv with nnsmith installed from the package registry) for the same
-minutes, one after the other so the two never compete for cores, and prints both side by side:
-tests per minute and, with --coverage, compiler lines covered. If nnsmith cannot be installed
-or cannot run with this torch, it says why.
+in a separate virtualenv with nnsmith installed from the package registry) for
+--nnsmith-minutes (default: the same minutes), one after the other so the two never compete for
+cores, and prints both side by side: tests per minute (a per-minute rate, so runs of different
+lengths compare) and, with --coverage, compiler lines covered (these grow with time: compare
+them only for equal minutes). If nnsmith cannot be installed or cannot run with this torch, it
+says why.
 
     .venv/bin/python bench/campaign.py                         # the issue's figures (30 + 30 minutes)
     .venv/bin/python bench/campaign.py --minutes 3 --coverage  # a quick check
+    .venv/bin/python bench/campaign.py --minutes 30 --nnsmith-minutes 5  # nnsmith's rate from a shorter run
     .venv/bin/python bench/campaign.py --report-only DIR       # print the figures of a finished campaign
 """
 
@@ -93,6 +96,14 @@ def print_campaign(view: CampaignView) -> dict:
           f"{view.findings.get('new', 0)} not triaged)")
     for c in view.clusters:
         print(f"  {c.cluster_id[:12]}  x{c.count:<3} {c.title}")
+    comp = view.compiler
+    if comp is not None and comp.tests:
+        print(f"torch.compile tests {comp.tests}: {comp.with_graph_breaks} with graph breaks "
+              f"({len(comp.graph_breaks)} top reasons), {comp.with_recompiles} with recompiles")
+        for r in comp.graph_breaks[:3]:
+            print(f"  gb x{r.tests:<4} {r.reason[:110]}")
+        for r in comp.recompiles[:3]:
+            print(f"  rc x{r.tests:<4} {r.reason[:110]}")
     h = view.health()
     print(f"worker health       {h['worker_restarts']} restarts, {h['timeouts']} timeouts, {h['segfaults']} segfaults")
     rss = view.series.get("rss_mb", [])
@@ -147,6 +158,8 @@ def run_nnsmith(py: str, minutes: float, coverage: bool, cache_dir: Path) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--nnsmith-minutes", type=float, default=None,
+                    help="how long nnsmith's loop runs (default: --minutes); tests/min is a rate, so comparable")
     ap.add_argument("--coverage", action="store_true", help="collect compiler line coverage (both tools)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--targets", default="inductor,ort,tvm")
@@ -157,6 +170,9 @@ def main() -> None:
     ap.add_argument("--report-only", type=Path, default=None, help="only print the figures of this campaign folder")
     args = ap.parse_args()
 
+    nnsmith_minutes = args.minutes if args.nnsmith_minutes is None else args.nnsmith_minutes
+    if nnsmith_minutes <= 0:
+        ap.error("--nnsmith-minutes must be positive")
     if args.report_only:
         print_campaign(load_view(args.report_only))
         return
@@ -172,9 +188,10 @@ def main() -> None:
 
     if args.no_nnsmith:
         return
-    print(f"\n== nnsmith's own fuzzing loop, torch.compile (inductor), {args.minutes:g} minutes ==")
+    print(f"\n== nnsmith's own fuzzing loop, torch.compile (inductor), {nnsmith_minutes:g} minutes ==")
     py, why = nnsmith_python(args.nnsmith_venv, args.nnsmith_python)
-    theirs: dict | str = why if py is None else run_nnsmith(py, args.minutes, args.coverage, out.parent / "nnsmith-inductor")
+    theirs: dict | str = why if py is None else run_nnsmith(py, nnsmith_minutes, args.coverage,
+                                                            out.parent / "nnsmith-inductor")
     if isinstance(theirs, str):
         print(theirs)
         return
@@ -185,12 +202,15 @@ def main() -> None:
         print("  " + "  ".join(f"{p['elapsed_s'] / 60:.1f}m:{p['covered_lines']}" for p in theirs["timeline"][::max(1, len(theirs["timeline"]) // 8)]))
     print("\n== side by side (same machine, one after the other) ==")
     print(f"{'':28}{'NNForge':>14}{'nnsmith':>14}")
+    print(f"{'minutes run':28}{args.minutes:>14g}{nnsmith_minutes:>14g}")
     print(f"{'tests/min (all targets)':28}{ours['tests_per_min']:>14.1f}{'-':>14}")
     print(f"{'tests/min on inductor':28}{ours['inductor_tests_per_min']:>14.1f}{theirs['tests_per_min']:>14.1f}")
     print(f"{'processes running tests':28}{args.workers:>14}{1:>14}")
     if args.coverage:
         mine = "-" if ours["covered_lines"] is None else f"{ours['covered_lines']:.0f}"
         print(f"{'compiler lines covered':28}{mine:>14}{theirs.get('covered_lines') or '-':>14}")
+        if nnsmith_minutes != args.minutes:
+            print("  (lines covered grow with time: the two runs had different lengths)")
 
 
 if __name__ == "__main__":

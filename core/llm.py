@@ -4,8 +4,10 @@ Provider "openai" is any OpenAI-compatible server reached through `base_url` (Op
 llama.cpp server), through LangChain's `ChatOpenAI`; provider "none" means no client at all.
 
 What a campaign needs from it, beyond a reply:
-- every call is cached on disk by a hash of (model, temperature, system, user), so a rerun of a
-  campaign costs no tokens and no time;
+- every call is cached by a hash of (model, temperature, system, user), so a rerun of a
+  campaign costs no tokens and no time. The cache is pluggable (`LLMCache`: get/put): on disk
+  under `settings.llm_cache_dir` by default (CLI use), in the campaign's SQLite store during a
+  campaign (`agent.campaign_store.StoreLLMCache`), so the campaign folder holds its replies;
 - tokens are counted against a budget (usage metadata of the reply, or an estimate from the text);
 - 429, 5xx, timeouts and dropped connections are retried with exponential backoff (our own loop:
   the LangChain client is built with `max_retries=0` so the two do not multiply);
@@ -28,7 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from nnforge.core.settings import Settings
 
@@ -50,6 +52,41 @@ def cache_key(model: str, temperature: float, system: str, user: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+class LLMCache(Protocol):
+    """Where replies are kept, by `cache_key`. `record` holds key, model, temperature, purpose,
+    tokens, created and reply (never the API key). A miss is None; `put` may raise (logged)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def put(self, key: str, record: dict[str, Any]) -> None: ...
+
+
+class DiskLLMCache:
+    """One JSON file per reply: `cache_dir/<key[:2]>/<key>.json`, written atomically."""
+
+    def __init__(self, cache_dir: str | os.PathLike):
+        self.cache_dir = Path(os.path.expanduser(str(cache_dir)))
+
+    def path(self, key: str) -> Path:
+        return self.cache_dir / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> str | None:
+        try:
+            data = json.loads(self.path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        reply = data.get("reply") if isinstance(data, dict) else None
+        return reply if isinstance(reply, str) else None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, ensure_ascii=False)
+        os.replace(tmp, path)
+
+
 def estimate_tokens(text: str) -> int:
     """~4 characters a token: used when a server sends no usage metadata."""
     return max(1, len(text) // 4)
@@ -58,13 +95,16 @@ def estimate_tokens(text: str) -> int:
 class LLMClient:
     """A cached, budgeted, retrying chat client. Thread-safe; one per campaign process."""
 
-    def __init__(self, chat: Any, *, model: str, temperature: float, cache_dir: str | os.PathLike,
+    def __init__(self, chat: Any, *, model: str, temperature: float, cache_dir: str | os.PathLike | None = None,
                  token_budget: int, max_retries: int = 3, backoff_s: float = 1.0, cooldown_s: float = 300.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, cache: LLMCache | None = None) -> None:
+        """`cache`: where replies are kept; default a `DiskLLMCache(cache_dir)`."""
+        if cache is None and cache_dir is None:
+            raise ValueError("LLMClient needs a cache or a cache_dir")
         self.chat = chat
         self.model = model
         self.temperature = float(temperature)
-        self.cache_dir = Path(os.path.expanduser(str(cache_dir)))
+        self.cache: LLMCache = cache if cache is not None else DiskLLMCache(cache_dir)  # type: ignore[arg-type]
         self.token_budget = int(token_budget)
         self.max_retries = max(0, int(max_retries))
         self.backoff_s = float(backoff_s)
@@ -78,8 +118,11 @@ class LLMClient:
 
     # -- construction ------------------------------------------------------------------------------
     @classmethod
-    def from_settings(cls, settings: Settings) -> "LLMClient | None":
-        """The client the settings describe, or None for provider "none" (offline)."""
+    def from_settings(cls, settings: Settings, *, cache: LLMCache | None = None) -> "LLMClient | None":
+        """The client the settings describe, or None for provider "none" (offline).
+
+        `cache`: where replies are kept (a campaign passes its store's); default the disk cache
+        in `settings.llm_cache_dir`."""
         provider = (settings.llm_provider or "none").strip().lower()
         if provider not in PROVIDERS:
             raise ValueError(f"unknown LLM provider {settings.llm_provider!r}; known: {', '.join(PROVIDERS)}")
@@ -99,11 +142,11 @@ class LLMClient:
         return cls(chat, model=settings.llm_model, temperature=settings.llm_temperature,
                    cache_dir=settings.llm_cache_dir, token_budget=settings.llm_token_budget,
                    max_retries=settings.llm_max_retries, backoff_s=settings.llm_backoff_s,
-                   cooldown_s=settings.llm_cooldown_s)
+                   cooldown_s=settings.llm_cooldown_s, cache=cache)
 
     # -- the call ----------------------------------------------------------------------------------
     def complete(self, system: str, user: str, *, purpose: str = "") -> str:
-        """The model's reply to one system + user prompt (from the disk cache when it has it).
+        """The model's reply to one system + user prompt (from the cache when it has it).
 
         Raises LLMUnavailable when no reply can be had; the message says why.
         """
@@ -184,31 +227,26 @@ class LLMClient:
             self._down_until = float("inf") if forever else time.monotonic() + self.cooldown_s
         raise LLMUnavailable(reason)
 
-    # -- disk cache --------------------------------------------------------------------------------
-    def _cache_path(self, key: str) -> Path:
-        return self.cache_dir / key[:2] / f"{key}.json"
+    # -- the cache ---------------------------------------------------------------------------------
+    @property
+    def cache_dir(self) -> Path | None:
+        """The disk cache's folder (None when replies are kept elsewhere, e.g. a campaign store)."""
+        return getattr(self.cache, "cache_dir", None)
 
     def _read_cache(self, key: str) -> str | None:
-        path = self._cache_path(key)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return self.cache.get(key)
+        except Exception as e:  # an unreadable cache is a miss
+            log.warning("cannot read the LLM cache entry %s: %s", key, e)
             return None
-        reply = data.get("reply") if isinstance(data, dict) else None
-        return reply if isinstance(reply, str) else None
 
     def _write_cache(self, key: str, purpose: str, reply: str, tokens: int) -> None:
-        path = self._cache_path(key)
         record = {"key": key, "model": self.model, "temperature": self.temperature, "purpose": purpose,
                   "tokens": tokens, "created": time.time(), "reply": reply}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(record, f, ensure_ascii=False)
-            os.replace(tmp, path)
-        except OSError as e:  # a cache that cannot be written costs money on rerun, nothing else
-            log.warning("cannot write the LLM cache entry %s: %s", path, e)
+            self.cache.put(key, record)
+        except Exception as e:  # a cache that cannot be written costs money on rerun, nothing else
+            log.warning("cannot write the LLM cache entry %s: %s", key, e)
 
 
 def classify_error(e: BaseException) -> tuple[str, str, float | None]:

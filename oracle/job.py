@@ -23,7 +23,9 @@ coverage (bool: measure torch's compiler packages, see oracle/coverage_probe.py)
 
 result: status ("ok" | "invalid"), reason, exc_type, exc_message, frames, inputs_pt, state_pt,
 search (dict or None), reference (dict), verdicts ([Verdict json]), rungs ({target: [RungOutcome
-json]}), timings (dict), coverage_new ({file: [new lines]}, only with coverage).
+json]}), dynamo ({target: {"graph_breaks": [...], "recompiles": [...]}}, torch.compile targets
+only: what Dynamo recorded over the state-retained runs of the target's rungs, see
+oracle/dynamo_record.py), timings (dict), coverage_new ({file: [new lines]}, only with coverage).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from nnforge.oracle.backend import (Backend, Call, CallFailed, CallOutput, Expor
                                     load_backends, parse_target)
 from nnforge.oracle.blame import RungOutcome, blame
 from nnforge.oracle.compare import compare_outputs
+from nnforge.oracle.dynamo_record import DynamoRecord, DynamoRecorder
 
 MAX_FRAMES = 40
 PROGRAM_FILE = "program.py"
@@ -310,15 +313,18 @@ def _message(e: BaseException | None) -> str:
 
 # -- one target --------------------------------------------------------------------------------------------
 def run_target(prog: Program, ref: Reference, target_text: str, *, stop_at_first: bool = True,
-               only_rungs: list[str] | None = None) -> tuple[Verdict, list[RungOutcome]]:
+               only_rungs: list[str] | None = None) -> tuple[Verdict, list[RungOutcome], DynamoRecord | None]:
+    """The target's verdict, its rungs' outcomes, and (torch.compile rungs only, else None) the
+    graph-break and recompile reasons Dynamo recorded over the rungs' state-retained runs."""
     import torch
 
     target = parse_target(target_text)
     versions = {"torch": torch.__version__}
     if target.spec.family == "onnx" and ref.used_rng:
         return Verdict(target=target.name, symptom=Symptom.INVALID, versions=versions,
-                       detail="the program draws random numbers; only torch.compile shares eager's RNG"), []
+                       detail="the program draws random numbers; only torch.compile shares eager's RNG"), [], None
     outcomes: list[RungOutcome] = []
+    dynamo: DynamoRecord | None = None
     multi_call = len(prog.steps) > 1
     for backend in target.ladder(only_rungs):
         if not backend.available():
@@ -326,13 +332,19 @@ def run_target(prog: Program, ref: Reference, target_text: str, *, stop_at_first
             continue
         versions[backend.name] = backend.version()
         announce_rung(target_text, backend.name)
-        outcome = run_rung(prog, ref, backend)
+        if getattr(backend, "records_dynamo", False):
+            with DynamoRecorder() as recorder:  # per run: clears Dynamo's global counters first
+                outcome = run_rung(prog, ref, backend)
+            dynamo = recorder.record if dynamo is None else dynamo.merged(recorder.record)
+        else:
+            outcome = run_rung(prog, ref, backend)
         if backend.stateful and multi_call and outcome.symptom is not Symptom.INVALID and outcome.skipped is None:
             outcome = _with_reset_run(prog, ref, backend, outcome)
         outcomes.append(outcome)
         if outcome.failed and stop_at_first:
             break
-    return blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)}), outcomes
+    verdict = blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)})
+    return verdict, outcomes, dynamo
 
 
 def _with_reset_run(prog: Program, ref: Reference, backend: Backend, retained: RungOutcome) -> RungOutcome:
@@ -377,7 +389,7 @@ def _run_case(payload: dict[str, Any]) -> dict[str, Any]:
     steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
     result: dict[str, Any] = {"status": "ok", "reason": None, "exc_type": None, "exc_message": None, "frames": [],
                               "inputs_pt": None, "state_pt": None, "search": None, "reference": None,
-                              "verdicts": [], "rungs": {}, "timings": {}}
+                              "verdicts": [], "rungs": {}, "dynamo": {}, "timings": {}}
     prog = Program(source=payload["program"], inputs=(), state_dict={}, steps=steps, seed=seed)
     try:
         _prepare_values(prog, payload, result)
@@ -391,10 +403,12 @@ def _run_case(payload: dict[str, Any]) -> dict[str, Any]:
     result["timings"]["reference_s"] = round(ref.elapsed_s, 4)
     for target_text in payload.get("targets") or []:
         only = (payload.get("rungs") or {}).get(target_text)
-        verdict, outcomes = run_target(prog, ref, target_text, stop_at_first=payload.get("stop_at_first", True),
-                                       only_rungs=only)
+        verdict, outcomes, dynamo = run_target(prog, ref, target_text, stop_at_first=payload.get("stop_at_first", True),
+                                               only_rungs=only)
         result["verdicts"].append(verdict.to_json())
         result["rungs"][target_text] = [o.to_json() for o in outcomes]
+        if dynamo is not None:
+            result["dynamo"][target_text] = dynamo.to_json()
     result["timings"]["total_s"] = round(time.perf_counter() - t0, 4)
     return result
 

@@ -46,6 +46,9 @@ class CaseResult:
     invalid_reason: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     coverage: dict[str, list[int]] | None = None  # compiler lines new to the workers (Oracle(coverage=True))
+    # {target: {"graph_breaks": [reason, ...], "recompiles": [reason, ...]}}: what Dynamo recorded while
+    # the target's compiled runs (state retained) ran; torch.compile targets only (oracle/dynamo_record.py)
+    dynamo: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @property
     def symptom(self) -> Symptom:
@@ -59,7 +62,16 @@ class CaseResult:
         return {"case_id": self.case.case_id, "symptom": self.symptom.value,
                 "verdicts": [v.to_json() for v in self.verdicts], "search": self.search,
                 "reference": self.reference, "values_chosen": self.values_chosen,
-                "invalid_reason": self.invalid_reason, "timings": dict(self.timings)}
+                "invalid_reason": self.invalid_reason, "timings": dict(self.timings),
+                "dynamo": {t: dict(d) for t, d in self.dynamo.items()}}
+
+    def graph_breaks(self, target: str) -> list[str]:
+        """Dynamo's graph-break reasons on `target` (empty when none, or not a torch.compile target)."""
+        return list((self.dynamo.get(target) or {}).get("graph_breaks") or ())
+
+    def recompiles(self, target: str) -> list[str]:
+        """The guard failures that made Dynamo recompile on `target` over the call sequence."""
+        return list((self.dynamo.get(target) or {}).get("recompiles") or ())
 
 
 class Oracle:
@@ -102,10 +114,12 @@ class Oracle:
                                      search=res.get("search"))
         chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
         fixed = {**base, "inputs_pt": res["inputs_pt"], "state_pt": res["state_pt"], "search": False}
-        verdicts = [self._check_target(fixed, t, covered) for t in self.targets]
-        return CaseResult(case=chosen, verdicts=tuple(verdicts), search=res.get("search"), reference=res.get("reference"),
-                          values_chosen=case.inputs is None, timings=dict(res.get("timings", {})),
-                          coverage={k: sorted(v) for k, v in covered.items()} if self.coverage else None)
+        checked = [self._check_target(fixed, t, covered) for t in self.targets]
+        return CaseResult(case=chosen, verdicts=tuple(v for v, _ in checked), search=res.get("search"),
+                          reference=res.get("reference"), values_chosen=case.inputs is None,
+                          timings=dict(res.get("timings", {})),
+                          coverage={k: sorted(v) for k, v in covered.items()} if self.coverage else None,
+                          dynamo={t: d for t, (_, d) in zip(self.targets, checked) if d is not None})
 
     # -- internals ------------------------------------------------------------------------------
     def _payload(self, case: TestCase) -> dict[str, Any]:
@@ -113,13 +127,19 @@ class Oracle:
                 "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
                 "coverage": self.coverage}
 
-    def _check_target(self, payload: dict[str, Any], target: str, covered: dict[str, set[int]] | None = None) -> Verdict:
+    def _check_target(self, payload: dict[str, Any], target: str,
+                      covered: dict[str, set[int]] | None = None) -> tuple[Verdict, dict[str, list[str]] | None]:
+        """The target's verdict and Dynamo's record of its runs (None when there is none: not a
+        torch.compile target, or the worker died)."""
         out = self.pool.call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
         if out.ok:
             _note_coverage(covered, out.value)
             if out.value["status"] == "invalid":  # the reference failed this time (flaky program)
-                return Verdict(target=target, symptom=Symptom.INVALID, detail=out.value["reason"] or "")
-            return Verdict.from_json(out.value["verdicts"][0])
+                return Verdict(target=target, symptom=Symptom.INVALID, detail=out.value["reason"] or ""), None
+            return Verdict.from_json(out.value["verdicts"][0]), (out.value.get("dynamo") or {}).get(target)
+        return self._dead_target(payload, target, out), None
+
+    def _dead_target(self, payload: dict[str, Any], target: str, out: Any) -> Verdict:
         verdict = self._death_verdict(target, out)
         in_flight = rung_in_flight(out.output_tail or "", target)
         if in_flight is not None:

@@ -62,6 +62,7 @@ class TorchCompileBackend(Backend):
     compile_backend: ClassVar[str] = ""
     torch_side_effects = True
     stateful = True
+    records_dynamo: ClassVar[bool] = True  # the job reads Dynamo's graph breaks and recompiles (dynamo_record.py)
     params = ("dynamic", "fullgraph", "mode")
 
     def __init__(self, **params: Any):

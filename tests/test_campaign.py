@@ -144,6 +144,11 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == bugs  # every bug verdict is a finding
     assert (out / "summary.md").is_file() and (out / "report.html").is_file()
     assert "tests this run" in res.stdout
+    # Dynamo's record is stored with every judged torch.compile test (a JSON list, maybe empty), never with ORT's
+    records = _query(out, "SELECT target, symptom, graph_breaks, recompiles FROM tests")
+    assert all((gb is None) == (t == "ort") for t, s, gb, _ in records if s == "pass")
+    assert all(isinstance(json.loads(rc), list) for t, s, _, rc in records if t == "inductor" and s == "pass")
+    assert "## Graph breaks and recompiles" in (out / "summary.md").read_text()
 
 
 @pytest.mark.slow
@@ -224,3 +229,76 @@ def test_the_ray_executor_runs_tests_in_ray_tasks_and_the_driver_writes_the_stor
     assert all((out / "cases" / cid / "inputs.pt").is_file() for cid in judged)  # values came back from the task
     stats = json.loads(_query(out, "SELECT json FROM stats ORDER BY ts DESC LIMIT 1")[0][0])
     assert stats["executor"] == "ray" and stats["health"]["calls"] >= 2 * len(rows)
+
+
+# -- Dynamo's graph breaks and recompiles: reported per test, rewarded, stored, reported ---------------------------
+GRAPH_BREAK_PROGRAM = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        y = x.sin()
+        print("a graph break")
+        if y.sum() > 0:  # data-dependent branch: a second break
+            return y * 2
+        return y - 1
+
+def make_inputs():
+    return (torch.randn(3, 4),)
+'''
+
+
+def test_graph_breaks_and_recompiles_reach_the_result_the_scheduler_the_store_and_the_reports(tmp_path):
+    import torch
+
+    from nnforge.agent.campaign import behaviours_of, compiler_record
+    from nnforge.agent.campaign_store import CampaignStore, QueuedTest
+    from nnforge.agent.report_data import load_view
+    from nnforge.agent.report_html import render_report
+    from nnforge.agent.summary import render_summary
+    from nnforge.core.calls import CallStep, InputChange
+    from nnforge.core.testcase import TestCase
+    from nnforge.oracle.oracle import Oracle
+    from nnforge.oracle.sandbox import WorkerPool
+
+    calls = (CallStep(), CallStep(inputs=(InputChange(index=0, shape=(5, 4)),)))  # the second call changes shape
+    case = TestCase(program=GRAPH_BREAK_PROGRAM, inputs=(torch.ones(3, 4),), calls=calls)
+    plain = TestCase(program=GRAPH_BREAK_PROGRAM.replace('        print("a graph break")\n', "")
+                     .replace("if y.sum() > 0:", "if True:"), inputs=(torch.ones(3, 4),))
+    with WorkerPool(size=1, timeout_s=120) as pool:
+        oracle = Oracle(pool, ["aot_eager"])
+        result = oracle.check(case)
+        quiet = oracle.check(plain)
+    assert result.verdicts[0].symptom.value == "pass", result.verdicts[0].detail
+    breaks, recompiles = result.graph_breaks("aot_eager"), result.recompiles("aot_eager")
+    assert any("print" in b for b in breaks), breaks
+    assert any(b.startswith("Data-dependent branching") for b in breaks), breaks
+    assert any("size mismatch" in r and "'x'" in r for r in recompiles), recompiles
+    assert all(len(x) <= 160 and "\n" not in x for x in breaks + recompiles)  # short strings
+    assert quiet.graph_breaks("aot_eager") == [] and quiet.recompiles("aot_eager") == []
+
+    # the scheduler is paid for a reason it has not seen, once
+    found = behaviours_of(result, case)
+    assert any(b.startswith("gb:") and "print" in b for b in found) and any(b.startswith("rc:") for b in found)
+    sched = Scheduler(["generator"], [], ["aot_eager"], mutate_prob=0.0, seed=0)
+    assert sched.novel(found) and not sched.novel(behaviours_of(result, case)) and not behaviours_of(quiet, plain)
+
+    # stored with the test, and the reports list the top reasons
+    store = CampaignStore(tmp_path / "camp")
+    for no, (c, r) in enumerate(((case, result), (plain, quiet))):
+        test = QueuedTest(test_no=no, case_id=c.case_id, target="aot_eager", folder=str(tmp_path / c.case_id),
+                          source="generator", mutator=None, category=SEED, arm="generator|seed|aot_eager",
+                          seed_no=no, t_generate=0.0, t_mutate=0.0)
+        store.enqueue(test)
+        store.record_verdict(test, r.verdicts[0], t_search=0.0, t_oracle=1.0, elapsed_s=1.0, novel=True,
+                             compiler=compiler_record(r, "aot_eager"))
+    store.close()
+    stored = _query(tmp_path / "camp", "SELECT graph_breaks, recompiles FROM tests ORDER BY test_no")
+    assert json.loads(stored[0][0]) == breaks and json.loads(stored[0][1]) == recompiles
+    assert json.loads(stored[1][0]) == [] and json.loads(stored[1][1]) == []
+    view = load_view(tmp_path / "camp")
+    assert view.compiler.tests == 2 and view.compiler.with_graph_breaks == 1 and view.compiler.with_recompiles == 1
+    assert any("print" in r.reason for r in view.compiler.graph_breaks)
+    summary = render_summary(view)
+    assert "## Graph breaks and recompiles" in summary and "size mismatch" in summary
+    assert "Graph breaks and recompiles" in render_report(view) and "Failed to trace builtin operator" in render_report(view)

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import socket
+import sqlite3
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -250,6 +251,45 @@ def test_identical_calls_are_answered_from_the_disk_cache(server_factory, tmp_pa
     assert client.complete("sys", "another prompt") == "answer two" and len(server.requests) == 2
     files = list((tmp_path / "cache").rglob("*.json"))
     assert len(files) == 2 and all("sk-test" not in f.read_text() for f in files)
+
+
+def test_a_campaign_keeps_its_llm_cache_in_its_store_and_a_resumed_campaign_reuses_it(server_factory, tmp_path,
+                                                                                        monkeypatch):
+    from nnforge.agent.campaign import Campaign, CampaignConfig
+    from nnforge.agent.campaign_store import CampaignStore
+
+    server = server_factory([("ok", "answer one"), ("ok", "answer two")])
+    disk = tmp_path / "disk-cache"
+    for key, value in {"NNFORGE_LLM_BASE_URL": server.base_url, "NNFORGE_LLM_API_KEY": "sk-test-not-secret",
+                       "NNFORGE_LLM_MODEL": "scripted-model", "NNFORGE_LLM_CACHE_DIR": str(disk)}.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "camp"
+
+    def opened(campaign: Campaign) -> LLMClient:
+        campaign._open()  # what run() does first: lock, store, seed sources, mutators (with their client)
+        return campaign.llm_mutators["B1"].client
+
+    first = Campaign(CampaignConfig(out=str(out), budget_s=60, targets=("aot_eager",), llm="openai", triage=False))
+    client = opened(first)
+    assert client.cache_dir is None  # not the disk cache: the store's table
+    assert client.complete("sys", "same prompt") == "answer one"
+    assert client.complete("sys", "same prompt") == "answer one"  # a cache hit: no second request
+    assert len(server.requests) == 1 and client.stats()["cache_hits"] == 1
+    first.store.close()
+    first.lock.release()
+
+    resumed = Campaign.resume(out, budget_s=120)
+    again = opened(resumed)
+    assert again.complete("sys", "same prompt") == "answer one" and len(server.requests) == 1  # from DIR
+    assert again.complete("sys", "another prompt") == "answer two" and len(server.requests) == 2
+    resumed.store.close()
+    resumed.lock.release()
+    with CampaignStore(out) as store:
+        assert store.llm_cache_count() == 2
+    assert not disk.exists()  # nothing went to the disk cache
+    rows = sqlite3.connect(out / "store.sqlite").execute("SELECT model, reply FROM llm_cache ORDER BY created").fetchall()
+    assert rows == [("scripted-model", "answer one"), ("scripted-model", "answer two")]
+    assert "sk-test" not in (out / "store.sqlite").read_bytes().decode("latin-1")
 
 
 def test_a_spent_budget_falls_back_to_offline_with_one_warning(server_factory, tmp_path, pool, seed_case, caplog):
