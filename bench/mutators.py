@@ -40,6 +40,16 @@ from nnforge.mutators.validate import check_case, eager_probe, payload_for
 from nnforge.oracle.sandbox import WorkerPool
 
 STATE_RULES = ("g2_state_guards", "g1_changing_scalars", "f1_attribute_side_effects", "e1_globals_closures")
+MODE_RULE = "k1_random_ops"  # its dropout variant reads self.training
+
+
+def mode_reader(rule, case: TestCase, seed: int) -> TestCase | None:
+    """A mutant of `case` whose forward reads self.training (a few draws of the dropout rule), or None."""
+    for k in range(6):
+        m = rule.mutate(case, random.Random(seed * 7 + k))
+        if m is not None and "self.training" in m.program:
+            return m
+    return None
 
 
 def measure(pool: WorkerPool, case: TestCase, reset_run: bool) -> dict[str, Any]:
@@ -65,10 +75,18 @@ def one_seed(pool: WorkerPool, seed: int, case: TestCase, stats, failures, lock:
         if not m.applicable(case):
             continue
         jobs.append((name, m.category, m.mutate(case, random.Random(seed), probe if m.uses_probe else None), True))
-    # seq_state needs attributes/globals a rule introduced: measure it on such mutants.
+    # seq_state needs attributes/globals a rule introduced, seq_mode a program that reads the mode: measure
+    # them on such mutants, with the rule's own call sequence dropped (g1/g2 append calls that recompile by
+    # themselves, which would be credited to the sequence mutator).
     first = muts[STATE_RULES[seed % len(STATE_RULES)]].mutate(case, random.Random(seed))
     if first is not None:
+        first = first.with_(calls=case.calls)
         jobs.append(("seq_state (after a state rule)", STATEFUL, muts["seq_state"].mutate(first, random.Random(seed)), True))
+    if not muts["seq_mode"].applicable(case):
+        reader = mode_reader(muts[MODE_RULE], case, seed)
+        if reader is not None:
+            jobs.append(("seq_mode (after a dropout rule)", STATEFUL, muts["seq_mode"].mutate(reader, random.Random(seed)),
+                         True))
     for row, category, mutant, _ in jobs:
         rec: dict[str, int] = defaultdict(int)
         rec["applicable"] = 1

@@ -118,6 +118,8 @@ def measure_compile(payload: dict[str, Any]) -> dict[str, Any]:
         "dtypes": sorted({d for g in retained["graphs"] for d in g["dtypes"]}),
         "symbolic_inputs": any(g["symbolic"] for g in retained["graphs"]),
         "noncontiguous_inputs": any(g["noncontiguous"] for g in retained["graphs"]),
+        "empty_values": any(g["empty"] for g in retained["graphs"]),
+        "noncontiguous_values": sum(g["noncontiguous_values"] for g in retained["graphs"]),
         "executed": retained["executed"],
     })
     if payload.get("reset_run") and len(steps) > 1:
@@ -157,7 +159,7 @@ def _fingerprint(gm: Any, example_inputs: list[Any]) -> str:
 def _graph_facts(gm: Any, example_inputs: list[Any]) -> dict[str, Any]:
     import torch
 
-    ops, dtypes = set(), set()
+    ops, dtypes, empty, strided = set(), set(), False, 0
     for node in gm.graph.nodes:
         if node.op in ("call_function", "call_method"):
             target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
@@ -165,6 +167,10 @@ def _graph_facts(gm: Any, example_inputs: list[Any]) -> dict[str, Any]:
         val = node.meta.get("example_value")
         if isinstance(val, torch.Tensor):
             dtypes.add(str(val.dtype).replace("torch.", ""))
+            # a static 0 dim (plain int: comparing a SymInt here would add a guard to the shape env)
+            empty |= any(isinstance(d, int) and d == 0 for d in val.shape)
+            if node.op != "placeholder" and all(isinstance(d, int) for d in (*val.shape, *val.stride())):
+                strided += int(not val.is_contiguous())
     symbolic = any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
         isinstance(s, torch.SymInt) for s in x.shape)) for x in example_inputs)
     noncontig = False
@@ -174,7 +180,8 @@ def _graph_facts(gm: Any, example_inputs: list[Any]) -> dict[str, Any]:
                 noncontig |= not x.is_contiguous()
             except Exception:  # symbolic strides
                 pass
-    return {"ops": sorted(ops), "dtypes": sorted(dtypes), "symbolic": symbolic, "noncontiguous": noncontig}
+    return {"ops": sorted(ops), "dtypes": sorted(dtypes), "symbolic": symbolic, "noncontiguous": noncontig,
+            "empty": empty, "noncontiguous_values": strided}
 
 
 # -- in the parent: the category rules --------------------------------------------------------------------------
@@ -203,6 +210,11 @@ def _inplace(m: dict, s: dict) -> bool:
     return bool(mine - set(s.get("ops", [])))
 
 
+def _newly(flag: str) -> Callable[[dict, dict], bool]:
+    """A boolean fact the mutant's record has and its seed's does not."""
+    return lambda m, s: bool(m.get(flag)) and not s.get(flag)
+
+
 _breaks = _any(_more("graph_breaks"), _more("unimplemented"))
 _state = _new("state_guards")
 def _recompiles(m: dict, s: dict) -> bool:
@@ -227,7 +239,7 @@ REACH_RULES: dict[str, tuple[str, Callable[[dict, dict], bool]]] = {
     "D1": ("graph breaks / unimplemented (.item, tolist), or new scalar guards", _any(_breaks, _state)),
     "D2": ("size arithmetic in the graph (sym_size, view/reshape from sizes), symbolic inputs, or new guards",
            _any(_ops({"sym_size", "size", "view", "reshape", "narrow", "split", "_check"}), _new("guard_kinds"),
-                lambda m, s: m.get("symbolic_inputs", False) and not s.get("symbolic_inputs", False))),
+                _newly("symbolic_inputs"))),
     "E1": ("new guards on globals/closures, or graph breaks", _any(_state, _breaks)),
     "E2": ("grad-mode / autocast regions in the graph, or graph breaks (try/except)",
            _any(_ops({"_set_grad_enabled", "set_grad_enabled", "_enter_autocast", "_exit_autocast", "no_grad",
@@ -238,16 +250,25 @@ REACH_RULES: dict[str, tuple[str, Callable[[dict, dict], bool]]] = {
     "G1": ("recompiles with guard failures (other than grad mode) over the call sequence", _recompiles),
     "G2": ("recompiles with guard failures (other than grad mode) over the call sequence", _recompiles),
     "H1": ("more graph breaks than the seed", _more("graph_breaks")),
-    "I1": ("no Inductor signal with an eager backend; closest: layout ops or non-contiguous inputs in the graph",
-           _any(_ops(LAYOUT_OPS), lambda m, s: m.get("noncontiguous_inputs") and not s.get("noncontiguous_inputs"))),
+    # I1 also counts non-contiguous intermediates: a slice with a step (`buf[..., ::2]`) is a plain getitem,
+    # not a layout op, yet its value has the strides Inductor must handle.
+    "I1": ("no Inductor signal with an eager backend; closest: layout ops, non-contiguous inputs, or more "
+           "non-contiguous intermediate values in the graph",
+           _any(_ops(LAYOUT_OPS), _newly("noncontiguous_inputs"), _more("noncontiguous_values"))),
     "I2": ("no Inductor signal with an eager backend; closest: new dtypes in the captured graph", _new("dtypes")),
     "I3": ("no Inductor signal with an eager backend; closest: new reductions in the captured graph",
            _ops(REDUCTIONS)),
     "J1": ("symbolic (dynamic) graph inputs or shape recompiles",
-           _any(lambda m, s: m.get("symbolic_inputs", False) and not s.get("symbolic_inputs", False), _recompiles)),
-    "K1": ("random or special-value ops in the captured graph", _ops(RANDOM_OPS | SPECIAL_OPS)),
-    "stateful": ("recompiles with guard failures (other than grad mode) on a later call, or a graph that differs "
-                 "from the reset run", lambda m, s: stateful_differs(m, ignore_grad_mode=True)),
+           _any(_newly("symbolic_inputs"), _recompiles)),
+    # K1 also names empty tensors; their signal is a value with a 0 dim in a captured graph (no op marks
+    # them: an empty slice is a plain getitem, and the reductions and cats around it are ordinary ops).
+    "K1": ("random or special-value ops, or values with a 0 dim, in the captured graph",
+           _any(_ops(RANDOM_OPS | SPECIAL_OPS), _newly("empty_values"))),
+    # Grad-mode guard failures count: sequence mutators now keep the first call's grad mode on every step
+    # that does not set it (so a flip is never an accident of padding), and flipping it is all that
+    # seq_grad_mode does; leaving it out measured that mutator at 0% while its sequences did recompile.
+    "stateful": ("recompiles with guard failures on a later call, or a graph that differs from the reset run",
+                 lambda m, s: stateful_differs(m)),
 }
 
 

@@ -9,26 +9,12 @@ from __future__ import annotations
 
 import ast
 import random
+from dataclasses import replace
 
 from nnforge.core.calls import CallStep, InputChange
 from nnforge.core.testcase import TestCase
-from nnforge.mutators.ast_tools import FLOAT_DTYPES, ProgramTree, channels_last_ok, expr, guard, instantiate
+from nnforge.mutators.ast_tools import FLOAT_DTYPES, Anchor, ProgramTree, channels_last_ok, expr, guard, instantiate
 from nnforge.mutators.base import AnchorRule, Mutator, Probe, derive, ensure_calls, parse_case, register_mutator
-
-LAYOUT_HELPER = """
-def _with_layout(t, kind):
-    if kind == 'transposed' and t.dim() >= 2:
-        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if kind == 'channels_last' and t.dim() == 4:
-        return t.contiguous(memory_format=torch.channels_last)
-    if kind == 'strided' and t.dim() >= 1:
-        _buf = torch.zeros(tuple(t.shape[:-1]) + (t.shape[-1] * 2,), dtype=t.dtype)
-        _buf[..., ::2] = t
-        return _buf[..., ::2]
-    if kind == 'expanded' and t.dim() >= 1 and t.shape[0] > 0:
-        return t[:1].expand(t.shape)
-    return t
-"""
 
 
 def _stride_safe(tree: ProgramTree) -> bool:
@@ -37,49 +23,87 @@ def _stride_safe(tree: ProgramTree) -> bool:
 
 
 # -- I1: memory layout ----------------------------------------------------------------------------------------
+INPUT_LAYOUT_HELPER = """
+def _dense_layout(t, order):
+    if t.dim() != len(order):
+        return t
+    _back = [list(order).index(_d) for _d in range(t.dim())]
+    return t.permute(order).contiguous().permute(_back)
+"""
+
+
+def _dense_orders(shape: tuple[int, ...] | None, rank: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Dense but non-contiguous memory orders for an input of this shape: (kind, dim order outer->inner).
+
+    Only dense layouts survive the way every call's arguments are copied (core/replay.copy_value clones
+    with preserve_format, which keeps a permuted dense layout but makes a sliced-with-step or expanded
+    tensor contiguous again), so an input's layout must be one of these to reach the compiler. A
+    permutation that only moves size-1 dims is still contiguous: every order here moves two dims of
+    size > 1 (unknown sizes count as > 1).
+    """
+    big = [d for d in range(rank) if shape is None or shape[d] > 1]
+    if len(big) < 2:
+        return []
+    out: list[tuple[str, tuple[int, ...]]] = []
+    i, j = big[-2], big[-1]
+    swap = list(range(rank))
+    swap[i], swap[j] = j, i
+    out.append(("transposed", tuple(swap)))
+    if rank >= 3:
+        out.append(("reversed", tuple(range(rank - 1, -1, -1))))
+    if rank == 4 and (shape is None or (shape[1] > 1 and shape[2] * shape[3] > 1)):
+        out.append(("channels_last", (0, 2, 3, 1)))
+    return out
+
+
 @register_mutator
 class InputLayout(Mutator):
-    """make_inputs returns an input transposed, channels_last, sliced with a step or expanded (same shape)."""
+    """make_inputs returns an input with the same values in another dense memory order (transposed,
+    dims reversed, channels_last), so the compiled graph's input is non-contiguous and its stride
+    guards differ from the seed's."""
 
     name = "i1_input_layout"
     category = "I1"
-    needs = ("a tensor input of rank >= 1 (make_inputs returns a tuple)", "a forward without .view")
+    needs = ("a tensor input with two dims of size > 1 (make_inputs returns a tuple)", "a forward without .view")
 
-    def _inputs(self, tree: ProgramTree) -> list[int]:
+    def _options(self, tree: ProgramTree) -> list[tuple[int, str, tuple[int, ...]]]:
         exprs = tree.input_exprs()
         if exprs is None or len(exprs) != len(tree.params()):
             return []
         out = []
+        cl_ok = channels_last_ok(tree)
         for i, p in enumerate(tree.params()):
             fact = tree.facts.get(p)
-            if fact is not None and (fact.rank or 0) >= 1:
-                out.append(i)
+            if fact is None or not fact.rank:
+                continue
+            out += [(i, kind, order) for kind, order in _dense_orders(fact.shape, fact.rank)
+                    if kind != "channels_last" or cl_ok]
         return out
 
     def applicable(self, case: TestCase) -> bool:
         tree = parse_case(case)
-        return tree is not None and _stride_safe(tree) and bool(self._inputs(tree))
+        return tree is not None and _stride_safe(tree) and bool(self._options(tree))
 
     def mutate(self, case: TestCase, rng: random.Random, probe: Probe | None = None) -> TestCase | None:
         tree = parse_case(case)
         if tree is None or not _stride_safe(tree):
             return None
-        idxs = self._inputs(tree)
-        if not idxs:
+        options = self._options(tree)
+        if not options:
             return None
-        i = rng.choice(idxs)
-        rank = tree.facts[tree.params()[i]].rank or 0
-        kinds = ["strided", "expanded"] + (["transposed"] if rank >= 2 else [])
-        kinds += ["channels_last"] if rank == 4 and channels_last_ok(tree) else []
-        kind = rng.choice(kinds)
-        stmts, m = instantiate(tree, {"module": LAYOUT_HELPER})
-        tree.add_module_level(stmts["module"])
+        i, kind, order = rng.choice(options)
         exprs = tree.input_exprs()
         assert exprs is not None
         ret = next(s for s in tree.make_inputs.body if isinstance(s, ast.Return))
         assert isinstance(ret.value, ast.Tuple)
-        ret.value.elts[i] = ast.Call(func=ast.Name(id=m["_with_layout"], ctx=ast.Load()),
-                                     args=[exprs[i], ast.Constant(kind)], keywords=[])
+        if kind == "channels_last":
+            ret.value.elts[i] = ast.Call(func=ast.Attribute(value=exprs[i], attr="contiguous", ctx=ast.Load()), args=[],
+                                         keywords=[ast.keyword(arg="memory_format", value=expr("torch.channels_last"))])
+        else:
+            stmts, m = instantiate(tree, {"module": INPUT_LAYOUT_HELPER})
+            tree.add_module_level(stmts["module"])
+            ret.value.elts[i] = ast.Call(func=ast.Name(id=m["_dense_layout"], ctx=ast.Load()),
+                                         args=[exprs[i], ast.Constant(order)], keywords=[])
         return derive(case, self, program=tree.source(), note={"layout": {str(i): kind}})
 
 
@@ -108,7 +132,9 @@ X = _buf[..., ::2]
         return _stride_safe(tree)
 
     def rewrite(self, tree, anchor, rng, case):
-        kinds = [k for k in sorted(self.VARIANTS) if k != "channels_last" or channels_last_ok(tree)]
+        # channels_last only where the facts say X is 4-d (elsewhere the variant leaves X as it is)
+        kinds = [k for k in sorted(self.VARIANTS)
+                 if k != "channels_last" or (anchor.fact.rank == 4 and channels_last_ok(tree))]
         kind = rng.choice(kinds)
         self.splice(tree, anchor, {"forward": self.VARIANTS[kind]})
         return None
@@ -211,6 +237,14 @@ X = _t * X + _t - _t.mean() * _t
 
 
 # -- J1: dynamic shapes ----------------------------------------------------------------------------------------------
+def then_calls(case: TestCase, steps: tuple[CallStep, ...]) -> tuple[CallStep, ...]:
+    """The case's calls, then `steps` in the first call's grad mode (a step's default, None, means grad
+    enabled: after an inference seed's first call that flip alone would recompile)."""
+    base = ensure_calls(case, 1)
+    return base + tuple(replace(st, grad_enabled=base[0].grad_enabled) if st.grad_enabled is None else st
+                        for st in steps)
+
+
 DYNAMIC_SIZES = (1, 0, 33, 2)
 
 
@@ -223,10 +257,7 @@ class DynamicExtraInput(AnchorRule):
     needs = ("a float tensor in forward", "make_inputs returns a tuple literal", "forward without *args/defaults")
 
     def extra_ok(self, tree):
-        a = tree.forward.args
-        exprs = tree.input_exprs()
-        return (exprs is not None and len(exprs) == len(tree.params()) and not a.vararg and not a.kwonlyargs
-                and not a.defaults and not a.kwarg)
+        return accepts_new_input(tree)
 
     def rewrite(self, tree, anchor, rng, case):
         stmts, m = instantiate(tree, {"forward": """
@@ -239,12 +270,7 @@ else:
     _z = _dyn.sum()
 X = X + torch.tanh(_z).to(X.dtype) * 0.1
 """}, X=anchor.name)
-        dyn = m["_dyn"]
-        index = len(tree.params())
-        tree.forward.args.args.append(ast.arg(arg=dyn))
-        ret = next(s for s in tree.make_inputs.body if isinstance(s, ast.Return))
-        assert isinstance(ret.value, ast.Tuple)
-        ret.value.elts.append(expr("torch.randn([5], dtype=torch.float32)"))
+        index = _add_input(tree, m["_dyn"], "torch.randn([5], dtype=torch.float32)")
         tree.insert_after(anchor, guard(stmts["forward"], self.guard_for(anchor), X=anchor.name))
         sizes = list(DYNAMIC_SIZES)
         rng.shuffle(sizes)
@@ -252,21 +278,10 @@ X = X + torch.tanh(_z).to(X.dtype) * 0.1
         dynamic = dict(case.meta.get("dynamic_inputs") or {})
         dynamic[str(index)] = [0]
         tree.notes["dynamic_inputs"] = dynamic
-        return ensure_calls(case, 1) + steps
+        return then_calls(case, steps)
 
 
-@register_mutator
-class SizeBranch(AnchorRule):
-    """Size-dependent control flow: branches on a dim against 0, 1 and larger sizes."""
-
-    name = "j1_size_branch"
-    category = "J1"
-    min_rank = 1
-    needs = ("a float tensor of rank >= 1 in forward",)
-
-    def rewrite(self, tree, anchor, rng, case):
-        self.splice(tree, anchor, {"forward": """
-_n = X.shape[0]
+SIZE_BRANCH = """
 if _n == 0:
     X = X + 1.0
 elif _n == 1:
@@ -274,9 +289,131 @@ elif _n == 1:
 elif _n % 2 == 0:
     X = X * 0.5 + X.flip(0)
 else:
-    X = X - X[_n // 2:_n // 2 + 1]
-"""})
-        return None
+    X = X - 0.25 * (_n % 3)
+"""
+BRANCH_SIZES = (0, 1, 4, 7, 10)
+SIZE_PLAN_TRIES = 6
+
+# A size plan (n, members): every (input index, dim) in members has length n; later calls resize them together.
+SizePlan = tuple[int, tuple[tuple[int, int], ...]]
+
+
+def size_plans(tree: ProgramTree) -> list[SizePlan]:
+    """Ways to resize existing inputs: one input's dim of size n >= 2 alone, or every input's dim that
+    has the same size at the same place counted from the right (dims that broadcast together)."""
+    shapes = [(i, tree.facts[p].shape) for i, p in enumerate(tree.params()) if p in tree.facts and tree.facts[p].shape]
+    plans: list[SizePlan] = []
+    for i, shape in shapes:
+        assert shape is not None
+        for d, n in enumerate(shape):
+            if n < 2:
+                continue
+            k = len(shape) - d
+            group = tuple((j, len(sj) - k) for j, sj in shapes if sj is not None and len(sj) >= k and sj[len(sj) - k] == n)
+            for plan in ((n, group), (n, ((i, d),))):
+                if plan not in plans:
+                    plans.append(plan)
+    return plans
+
+
+def _resize_steps(tree: ProgramTree, plan: SizePlan) -> tuple[CallStep, ...]:
+    n, members = plan
+    steps = []
+    for size in (n + 1, 2 * n):  # both >= 2: sizes 0 and 1 are specialised, these stay symbolic
+        changes = []
+        for j, d in members:
+            shape = list(tree.facts[tree.params()[j]].shape or ())
+            shape[d] = size
+            changes.append(InputChange(index=j, shape=tuple(shape)))
+        steps.append(CallStep(inputs=tuple(changes)))
+    return tuple(steps)
+
+
+@register_mutator
+class SizeBranch(AnchorRule):
+    """Size-dependent control flow (== 0, == 1, parity) on an input's size that changes on later calls.
+
+    With a probe, existing inputs are resized (n -> n+1 -> 2n, on every input sharing that dim when
+    they broadcast together) and the branch reads that size: the second call fails a size guard and
+    recompiles with the dim symbolic, the third flips the parity the branch guarded. Without a probe,
+    or when no resize runs in eager, a new input of declared-dynamic length drives the branch.
+    """
+
+    name = "j1_size_branch"
+    category = "J1"
+    min_rank = 1
+    uses_probe = True
+    needs = ("a float tensor of rank >= 1 in forward", "make_inputs returns a tuple literal",
+             "forward without *args/defaults")
+
+    def extra_ok(self, tree):
+        return accepts_new_input(tree)
+
+    def mutate(self, case: TestCase, rng: random.Random, probe: Probe | None = None) -> TestCase | None:
+        tree = parse_case(case)
+        if tree is None or not self.extra_ok(tree):
+            return None
+        plans = size_plans(tree) if probe is not None else []
+        rng.shuffle(plans)
+        for plan in plans[:SIZE_PLAN_TRIES]:
+            mutant = self._build(case, rng, plan)
+            if mutant is not None and probe is not None and probe(mutant):
+                return mutant
+        return self._build(case, rng, None)
+
+    def _build(self, case: TestCase, rng: random.Random, plan: SizePlan | None) -> TestCase | None:
+        tree = parse_case(case)
+        anchor = self.choose(tree, rng) if tree is not None else None
+        if tree is None or anchor is None:
+            return None
+        if plan is None:
+            calls = self.rewrite(tree, anchor, rng, case)
+        else:
+            i, d = plan[1][0]
+            self._splice(tree, anchor, f"_n = {tree.params()[i]}.shape[{d}]\n")
+            calls = then_calls(case, _resize_steps(tree, plan))
+        return derive(case, self, program=tree.source(), calls=calls, note=tree.notes or None)
+
+    def _splice(self, tree: ProgramTree, anchor: Anchor, start: str) -> dict[str, str]:
+        """`start` (which defines `_n`) first in forward, the branch after the anchor.
+
+        Not `splice`'s "forward_start": that is inserted before the anchor's position is used, which
+        shifts the branch one statement up (and ahead of `_n` when the anchor is a parameter).
+        """
+        stmts, m = instantiate(tree, {"start": start, "forward": SIZE_BRANCH}, X=anchor.name)
+        tree.insert_after(anchor, guard(stmts["forward"], self.guard_for(anchor), X=anchor.name))
+        tree.insert_forward_start(stmts["start"])
+        return m
+
+    def rewrite(self, tree, anchor, rng, case):
+        """The fallback: a new input whose length (declared dynamic) changes between calls."""
+        m = self._splice(tree, anchor, "_n = _dyn.shape[0]\n")
+        index = _add_input(tree, m["_dyn"], "torch.randn([5], dtype=torch.float32)")
+        sizes = list(BRANCH_SIZES)
+        rng.shuffle(sizes)
+        steps = tuple(CallStep(inputs=(InputChange(index=index, shape=(n,)),)) for n in sizes[:rng.randint(2, 3)])
+        dynamic = dict(case.meta.get("dynamic_inputs") or {})
+        dynamic[str(index)] = [0]
+        tree.notes["dynamic_inputs"] = dynamic
+        return then_calls(case, steps)
+
+
+def accepts_new_input(tree: ProgramTree) -> bool:
+    """make_inputs returns a tuple literal matching forward's plain positional parameters."""
+    a = tree.forward.args
+    exprs = tree.input_exprs()
+    return (exprs is not None and len(exprs) == len(tree.params()) and not a.vararg and not a.kwonlyargs
+            and not a.defaults and not a.kwarg)
+
+
+def _add_input(tree: ProgramTree, name: str, value: str) -> int:
+    """Append a parameter to forward and its value to make_inputs' tuple; return its index."""
+    index = len(tree.params())
+    tree.forward.args.args.append(ast.arg(arg=name))
+    ret = next(s for s in tree.make_inputs.body if isinstance(s, ast.Return))
+    assert isinstance(ret.value, ast.Tuple)
+    ret.value.elts.append(expr(value))
+    return index
 
 
 # -- K1: randomness and special values ------------------------------------------------------------------------------
@@ -300,7 +437,9 @@ X = torch.where(torch.isfinite(_clean), _clean, torch.nan_to_num(_clean, nan=0.0
 
 @register_mutator
 class EmptyTensors(AnchorRule):
-    """Empty slices joined back (cat with a 0-row slice) and reductions of empty tensors."""
+    """Empty (0-size) tensors flowing through ops: a cat with a 0-row slice, reductions over an empty dim,
+    a matmul with a 0 inner dim. Every result is defined (sum of nothing is 0, prod is 1, an empty
+    inner product is zeros), so X keeps its values, dtype and shape; the compiled graph sees 0 dims."""
 
     name = "k1_empty_tensors"
     category = "K1"
@@ -308,12 +447,27 @@ class EmptyTensors(AnchorRule):
     min_rank = 1
     needs = ("a tensor of rank >= 1 in forward",)
 
-    def rewrite(self, tree, anchor, rng, case):
-        self.splice(tree, anchor, {"forward": """
+    VARIANTS = {
+        "cat_empty": """
 _empty = X[:0]
 _zero = _empty.sum()
 X = torch.cat([X, _empty], dim=0) + _zero.to(X.dtype)
-"""})
+""",
+        "empty_batch": """
+_none = X[:0].float()
+_red = torch.relu(_none * 2.0 + 1.0).sum(0, keepdim=True) + (_none.prod(0, keepdim=True) - 1.0)
+X = X + _red.to(X.dtype)
+""",
+        "empty_matmul": """
+_cols = X.reshape(-1, 1)[:, :0].float()
+_rows = torch.ones(0, 1, dtype=_cols.dtype, device=X.device)
+X = X + torch.matmul(_cols, _rows).reshape(X.shape).to(X.dtype)
+""",
+    }
+
+    def rewrite(self, tree, anchor, rng, case):
+        kind = rng.choice(sorted(self.VARIANTS))
+        self.splice(tree, anchor, {"forward": self.VARIANTS[kind]})
         return None
 
 

@@ -363,14 +363,19 @@ X = _total
 
 @register_mutator
 class GradModeRegion(AnchorRule):
-    """Wrap consecutive forward statements in no_grad / set_grad_enabled(False) / enable_grad / autocast(enabled=False)."""
+    """Wrap consecutive forward statements in no_grad / a flipped set_grad_enabled / enable_grad / autocast(enabled=False).
+
+    A region only shows in the graph (as `_set_grad_enabled` / autocast enter-exit) when it changes
+    the mode the call runs in; generator seeds make their first call under no_grad, so there a
+    `no_grad()` region is nested in `enable_grad()`, and `set_grad_enabled` flips the current mode.
+    """
 
     name = "e2_grad_mode_region"
     category = "E2"
     float_ = False
     needs = ("a forward with at least one assignment",)
 
-    MANAGERS = ("torch.no_grad()", "torch.set_grad_enabled(False)", "torch.enable_grad()",
+    MANAGERS = ("torch.no_grad()", "torch.set_grad_enabled(not torch.is_grad_enabled())", "torch.enable_grad()",
                 "torch.autocast('cpu', enabled=False)")
 
     def candidates(self, tree):
@@ -378,15 +383,20 @@ class GradModeRegion(AnchorRule):
 
     def rewrite(self, tree, anchor, rng, case):
         body = tree.forward.body
+        manager = rng.choice(self.MANAGERS)
+        grad_off = ensure_calls(case, 1)[0].grad_enabled is False
+        # no_grad under a no_grad call is a no-op (Dynamo drops it, and an enable_grad around only a
+        # no_grad too): nest it as enable_grad { first statement; no_grad { the rest } }.
+        nest = (manager == "torch.no_grad()" and grad_off) or (manager == "torch.enable_grad()" and rng.random() < 0.5)
         start = anchor.after
         end = start + 1
-        while end < len(body) and end - start < 3 and _is_plain_assign(body[end]) and rng.random() < 0.6:
+        while end < len(body) and end - start < 3 and _is_plain_assign(body[end]) and (nest or rng.random() < 0.6):
             end += 1
-        manager = rng.choice(self.MANAGERS)
         inner: list[ast.stmt] = body[start:end]
-        if manager == "torch.enable_grad()" and rng.random() < 0.5:
-            inner = [ast.With(items=[ast.withitem(context_expr=expr(manager))], body=inner)]
-            manager = "torch.no_grad()"
+        if nest:
+            manager = "torch.enable_grad()"
+            if len(inner) >= 2:
+                inner = inner[:1] + [ast.With(items=[ast.withitem(context_expr=expr("torch.no_grad()"))], body=inner[1:])]
         body[start:end] = [ast.With(items=[ast.withitem(context_expr=expr(manager))], body=inner)]
         return None
 
@@ -397,14 +407,22 @@ def _is_plain_assign(stmt: ast.stmt) -> bool:
 
 @register_mutator
 class RaisingWithBlock(AnchorRule):
-    """A `with no_grad()` block that raises, caught by try/except with a finally clause."""
+    """A `with` block that flips grad mode and raises inside the compiled region; the exception is handled.
+
+    Variants: try/except/finally around `with set_grad_enabled(...)`, a user context manager whose
+    `__exit__` restores grad mode and swallows the exception, a `contextlib.contextmanager` that
+    catches it around its `yield`. The grad mode is flipped (`not torch.is_grad_enabled()`) rather
+    than set, so the region changes it whichever mode the call runs in (generator seeds make their
+    first call under no_grad, where a plain `no_grad()` would leave no trace in the graph); Dynamo
+    must then restore the mode on the exception path, which shows as `_set_grad_enabled` pairs.
+    """
 
     name = "e2_raising_with"
     category = "E2"
     needs = ("a float tensor in forward",)
 
-    def rewrite(self, tree, anchor, rng, case):
-        self.splice(tree, anchor, {
+    VARIANTS = {
+        "try_with": {
             "module": """
 class _Stop(Exception):
     pass
@@ -412,15 +430,77 @@ class _Stop(Exception):
             "forward": """
 _closed = False
 try:
-    with torch.no_grad():
+    with torch.set_grad_enabled(not torch.is_grad_enabled()):
         _half = X * 0.5
-        raise _Stop(_half)
+        try:
+            raise _Stop(_half)
+        finally:
+            _closed = True
 except _Stop as _e:
     X = X + _e.args[0]
 finally:
-    _closed = True
+    X = X if _closed else X * 0.0
 """,
-        })
+        },
+        "swallowing_manager": {
+            "module": """
+class _Stop(Exception):
+    pass
+
+
+class _FlipGrad:
+
+    def __init__(self):
+        self.caught = 0
+
+    def __enter__(self):
+        self.prev = torch.is_grad_enabled()
+        torch.set_grad_enabled(not self.prev)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        torch.set_grad_enabled(self.prev)
+        if exc_type is not None and issubclass(exc_type, _Stop):
+            self.caught += 1
+            return True
+        return False
+""",
+            "forward": """
+_mgr = _FlipGrad()
+_keep = X
+with _mgr:
+    X = X * 0.5
+    raise _Stop(X)
+X = X + _keep * (0.25 * _mgr.caught)
+""",
+        },
+        "generator_manager": {
+            "module": """
+class _Stop(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _flipped(t):
+    with torch.set_grad_enabled(not torch.is_grad_enabled()):
+        try:
+            yield t * 0.5
+        except _Stop:
+            pass
+""",
+            "forward": """
+with _flipped(X) as _half:
+    X = X + _half
+    raise _Stop()
+""",
+        },
+    }
+
+    def rewrite(self, tree, anchor, rng, case):
+        kind = rng.choice(sorted(self.VARIANTS))
+        if kind == "generator_manager":
+            tree.ensure_import("contextlib")
+        self.splice(tree, anchor, self.VARIANTS[kind])
         return None
 
 

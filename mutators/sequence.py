@@ -87,12 +87,29 @@ class ResetCache(SequenceMutator):
         return (CallStep(), CallStep(reset_cache=True), CallStep())
 
 
+MODE_MODULES = ("Dropout", "AlphaDropout", "FeatureAlphaDropout", "BatchNorm", "InstanceNorm", "RReLU")
+
+
+def reads_mode(tree: ProgramTree) -> bool:
+    """Does anything in the program read train/eval mode: a `.training` attribute or a mode-dependent module?"""
+    for node in ast.walk(tree.tree):
+        if isinstance(node, ast.Attribute) and (node.attr == "training" or node.attr.startswith(MODE_MODULES)):
+            return True
+    return False
+
+
 @register_mutator
 class TrainEvalMode(SequenceMutator):
     """Switch train/eval mode between calls (dropout, batch norm, `self.training` branches)."""
 
     name = "seq_mode"
     kind = "mode"
+    needs = ("a program that reads the mode (`.training`, or a Dropout/BatchNorm/InstanceNorm/RReLU module)",)
+
+    def offers(self, tree, case):
+        # A program that never reads the mode gives the compiler nothing to guard: no recompile,
+        # the same graph on every call (the 0% reach such mutants had on generator seeds).
+        return reads_mode(tree)
 
     def steps(self, tree, case, rng):
         first = rng.choice(["eval", "train"])
