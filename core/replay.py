@@ -67,13 +67,27 @@ def copy_value(a: Any) -> Any:
     import torch
 
     if isinstance(a, torch.Tensor):
-        c = a.detach().clone(memory_format=torch.preserve_format)
+        c = _same_layout_copy(a.detach())
         return c.requires_grad_(a.requires_grad) if (c.is_floating_point() or c.is_complex()) else c
     if isinstance(a, (list, tuple)):
         return type(a)(copy_value(x) for x in a)
     if isinstance(a, dict):
         return {k: copy_value(v) for k, v in a.items()}
     return a
+
+
+def _same_layout_copy(a: Any) -> Any:
+    """A copy with `a`'s exact strides, offset and overlap: a strided slice or an expanded input
+    is a layout the compiler must handle (TAXONOMY I1), and `clone` would make it contiguous."""
+    import torch
+
+    if a.is_contiguous() or a.layout != torch.strided or a.is_sparse or a.is_quantized or a.numel() == 0:
+        return a.clone(memory_format=torch.preserve_format)
+    try:
+        storage = a.untyped_storage().clone()
+        return torch.empty(0, dtype=a.dtype, device=a.device).set_(storage, a.storage_offset(), a.size(), a.stride())
+    except Exception:  # an exotic tensor subclass: a dense copy is still the right values
+        return a.clone(memory_format=torch.preserve_format)
 
 
 def regenerate(x: Any, shape: tuple[int, ...], seed: int) -> Any:

@@ -243,10 +243,10 @@ class AnchorRule(Mutator):
             tree.add_module_level(stmts["module"])
         if stmts.get("init"):
             tree.add_init(stmts["init"])
+        if stmts.get("forward"):  # first: the anchor's position is counted before forward_start moves it
+            tree.insert_after(anchor, guard(stmts["forward"], self.guard_for(anchor), X=anchor.name))
         if stmts.get("forward_start"):
             tree.insert_forward_start(stmts["forward_start"])
-        if stmts.get("forward"):
-            tree.insert_after(anchor, guard(stmts["forward"], self.guard_for(anchor), X=anchor.name))
         return mapping
 
     @abstractmethod

@@ -57,3 +57,18 @@ def test_verdict_json_round_trip_and_worst():
     assert worst([ok, inv, v]) is Symptom.MISMATCH
     assert worst([ok, inv]) is Symptom.INVALID
     assert worst([ok]) is Symptom.PASS
+
+
+def test_replayed_inputs_keep_their_layout_strides_and_overlap():
+    """Each call copies its inputs; the copy must keep the layout the case asked for (TAXONOMY I1),
+    or strided slices and expanded tensors would never reach a compiler."""
+    import torch
+
+    from nnforge.core.replay import copy_value
+
+    base = torch.arange(24.0).reshape(4, 6)
+    for x in (base[:, ::2], base.t(), torch.randn(1, 3).expand(4, 3), base[1:, 2:],
+              torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)):
+        c = copy_value(x)
+        assert torch.equal(c, x) and c.stride() == x.stride() and not c.is_contiguous()
+        assert c.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()  # a copy, not an alias
