@@ -19,3 +19,13 @@ def _run_in_a_temp_cwd(tmp_path, monkeypatch):
     """Trusted programs loaded in-process (oracle unit tests) are written to the cwd: keep the
     repository clean by giving every test its own."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """Two warm sandbox workers per test module (modules that need other settings define their own)."""
+    from nnforge.oracle.sandbox import WorkerPool
+
+    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
+        p.warmup()
+        yield p

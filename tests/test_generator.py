@@ -144,3 +144,34 @@ def test_generation_and_materialisation_in_two_threads_do_not_corrupt_z3():
     res = subprocess.run([sys.executable, "-c", _RACE], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
     assert int(res.stdout.split()[-1]) > 0  # the other thread really ran during generation
+
+
+def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
+    from nnforge.generator.spec import all_ops
+
+    ops = all_ops()
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
+    x = gen.add_placeholder(("float32", 2))
+
+    def out_of(name, *ins):
+        assert gen.insert_forward(ops[name], list(ins)), name
+        return gen.nodes[-1].outputs[0]
+
+    neg = out_of("neg", out_of("exp", x))  # (-inf, 0]
+    assert not gen.insert_forward(ops["log"], [neg])  # log needs > 0
+    assert gen.insert_forward(ops["sqrt"], [neg])  # sqrt(0) is finite: kept
+    idx = out_of("argmax_argmin", x)  # indices hold a 0
+    assert not gen.insert_forward(ops["lgamma"], [idx]) and not gen.insert_forward(ops["reciprocal"], [idx])
+    assert gen.insert_forward(ops["exp"], [idx])
+    normed = out_of("layer_norm", x)  # mean zero, unit variance
+    assert not gen.insert_forward(ops["log"], [normed]) and not gen.insert_forward(ops["atanh"], [normed])
+    assert gen.insert_forward(ops["log"], [x]) and gen.insert_forward(ops["atanh"], [x])
+
+    # the same rule holds in whole graphs, where backward insertion can put the producer in later
+    for seed in range(25):
+        g = GraphGenerator(GeneratorConfig(n_nodes=8, seed=seed, ops=("argmax_argmin", "lgamma", "reciprocal", "neg",
+                                                                       "exp", "log", "tanh", "atanh"))).generate().graph
+        made_by = {o: n.op for n in g.nodes for o in n.outputs}
+        for n in g.nodes:
+            if n.op in ("lgamma", "reciprocal", "log"):
+                assert made_by.get(n.inputs[0]) != "argmax_argmin", to_program(g)

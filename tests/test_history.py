@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,17 +22,9 @@ from nnforge.generator.history_issues import code_blocks, load_issues
 from nnforge.generator.history_llm import HistoryLLM
 from nnforge.generator.history_seeds import category_prior, load_history_seeds, load_text_seeds, read_summary
 from nnforge.mutators.validate import check_case
-from nnforge.oracle.sandbox import WorkerPool
 
 _register_commands()
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
-        p.warmup()
-        yield p
 
 
 @pytest.fixture(scope="module")

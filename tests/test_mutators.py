@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-import os
 import random
 import zlib
 from collections import defaultdict
@@ -19,19 +18,11 @@ from nnforge.generator.seeds import generate_case
 from nnforge.mutators.ast_tools import ProgramTree
 from nnforge.mutators.base import CATEGORIES, STATEFUL, all_mutators, get_mutator, mutate_chain, mutators_for
 from nnforge.mutators.validate import check_case, eager_probe
-from nnforge.oracle.sandbox import WorkerPool
 
 TAXONOMY_IDS = ("A1", "A2", "A3", "B1", "B2", "C1", "D1", "D2", "E1", "E2", "F1", "F2", "G1", "G2", "H1",
                 "I1", "I2", "I3", "J1", "K1")
 N_SEEDS = 10
 MIN_VALIDITY = 0.95
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
-        p.warmup()
-        yield p
 
 
 @pytest.fixture(scope="module")

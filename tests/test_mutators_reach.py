@@ -4,7 +4,6 @@ sandbox workers (backend recording the captured graphs), real eager validation."
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
@@ -17,18 +16,10 @@ from nnforge.mutators.base import get_mutator, parse_case
 from nnforge.mutators.reach import MEASURE_FN, reach
 from nnforge.mutators.sequence import reads_mode
 from nnforge.mutators.validate import check_case, eager_probe, payload_for
-from nnforge.oracle.sandbox import WorkerPool
 
 pytestmark = pytest.mark.slow
 FIXED = ("e2_raising_with", "e2_grad_mode_region", "j1_size_branch", "k1_empty_tensors", "i1_input_layout",
          "i1_intermediate_layout")
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
-        p.warmup()
-        yield p
 
 
 @pytest.fixture(scope="module")
