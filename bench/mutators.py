@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -132,8 +133,18 @@ def main() -> None:
     cases = [generate_case(GeneratorConfig(n_nodes=args.nodes, seed=s, dtypes=("float32",)))[0] for s in range(args.seeds)]
     with tempfile.TemporaryDirectory() as cache, WorkerPool(size=args.workers, timeout_s=60, inductor_cache_dir=cache) as pool:
         pool.warmup()
+        done = [0]
+
+        def seed_with_progress(s: int) -> None:
+            one_seed(pool, s, cases[s], stats, failures, lock)
+            with lock:
+                done[0] += 1
+                if done[0] % 10 == 0 or done[0] == args.seeds:
+                    print(f"  {done[0]}/{args.seeds} seeds in {time.perf_counter() - start:.0f} s",
+                          file=sys.stderr, flush=True)
+
         with ThreadPoolExecutor(max_workers=args.workers) as ex:
-            list(ex.map(lambda s: one_seed(pool, s, cases[s], stats, failures, lock), range(args.seeds)))
+            list(ex.map(seed_with_progress, range(args.seeds)))
     elapsed = time.perf_counter() - start
     seeds = stats.pop("<seed>")
     console = Console(width=200)
