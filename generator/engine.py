@@ -22,36 +22,7 @@ from nnforge.core.dtypes import ALL_DTYPES, is_float
 from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
-
-
-# Values fixed by the graph alone, whatever the inputs and weights (as long as they are finite,
-# which value search needs anyway): class tests, and ops applied to one value twice where the
-# result cancels (x - x, x % x, x ^ x, x != x). A vulnerable op fed only fixed values (or a
-# fixed divisor) is non-finite for every value or for none (rsqrt(isinf(x)), log(x - x)), so
-# no value search can repair it; the generator does not build it.
-_FIXED_RESULT = frozenset({"isinf", "isnan", "isposinf", "isneginf", "isfinite", "isreal"})
-_SELF_CANCELLING = frozenset({"sub", "fmod", "remainder", "bitwise_xor", "logical_xor",
-                              "eq", "ne", "gt", "ge", "lt", "le", "isclose"})
-_DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1}
-
-
-def _makes_fixed(op: OpSpec, inputs: list[int], fixed: set[int]) -> bool:
-    if op.name in _FIXED_RESULT:
-        return True
-    if (op.name in _SELF_CANCELLING and len(inputs) == 2 and inputs[0] == inputs[1]
-            and op.attrs.get("alpha") in (None, 1)):
-        return True
-    return bool(inputs) and all(i in fixed for i in inputs)
-
-
-def _hopeless(op: type[OpSpec] | OpSpec, inputs: list[int], fixed: set[int]) -> bool:
-    """A vulnerable op whose operands (or divisor) are fixed by the graph."""
-    if not op.vulnerable or not fixed:
-        return False
-    if inputs and all(i in fixed for i in inputs):
-        return True
-    pos = _DIVISOR_AT.get(op.name)
-    return pos is not None and pos < len(inputs) and inputs[pos] in fixed
+from nnforge.generator.value_facts import Facts, dtype_facts, hopeless, makes_fixed, value_facts
 
 
 @dataclass(frozen=True)
@@ -211,7 +182,7 @@ class GraphGenerator:
         self.solver.set("rlimit", self.CHECK_RLIMIT)
         self.vals: dict[int, _Val] = {}
         self.nodes: list[_Node] = []
-        self.fixed: set[int] = set()  # values fixed by the graph (see _FIXED_RESULT)
+        self.facts: dict[int, Facts] = {}  # what the graph guarantees about values (placeholders: none)
         self.next_id = 0
         self.stats = GenStats()
         self.deadline = time.perf_counter() + cfg.timeout_ms / 1000.0
@@ -273,7 +244,8 @@ class GraphGenerator:
         in_ids = chosen
         ins = [self.vals[i] for i in in_ids]
         op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
-        if _hopeless(op, in_ids, self.fixed):
+        in_facts = [self._facts_of(i) for i in in_ids]
+        if hopeless(op, in_facts):
             self.stats.no_match += 1
             self._forget(new_ids)
             return False
@@ -300,8 +272,8 @@ class GraphGenerator:
             self.vals[oid] = _Val(oid, o, placeholder=False)
             out_ids.append(oid)
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
-        if _makes_fixed(op, list(in_ids), self.fixed):
-            self.fixed.update(out_ids)
+        out_facts = value_facts(op, in_facts, [o.dtype for o in outs], makes_fixed(op, list(in_ids), in_facts))
+        self.facts.update(zip(out_ids, out_facts))
         self.stats.inserted += 1
         self._bin_attrs(op)
         self.bin_placeholders(new_ids)
@@ -329,8 +301,10 @@ class GraphGenerator:
             self._forget(new_ids)
             self.stats.no_match += 1
             return False
-        fixed_after = self._fixed_with(target.id) if _makes_fixed(op, new_ids, self.fixed) else self.fixed
-        if fixed_after is None:  # the fixed value would reach a vulnerable op downstream
+        in_facts = [self._facts_of(i) for i in new_ids]
+        made = value_facts(op, in_facts, [outs[0].dtype], makes_fixed(op, new_ids, in_facts))[0]
+        facts_after = self._facts_with(target.id, made) if made != self._facts_of(target.id) else self.facts
+        if facts_after is None:  # the new facts would leave a vulnerable op downstream no finite value
             self._forget(new_ids)
             self.stats.no_match += 1
             return False
@@ -343,7 +317,7 @@ class GraphGenerator:
             return False
         target.placeholder = False
         target.weight_hint = False
-        self.fixed = fixed_after
+        self.facts = facts_after
         self.nodes.insert(0, _Node(self._new_id(), op, new_ids, [target.id]))
         self.stats.inserted += 1
         self._bin_attrs(op)
@@ -378,16 +352,22 @@ class GraphGenerator:
         return Generated(graph, self.stats, onnx_ok, (time.perf_counter() - t0) * 1000.0, self.cfg.seed, self.cfg)
 
     # -- internals ----------------------------------------------------------------------
-    def _fixed_with(self, vid: int) -> set[int] | None:
-        """The fixed values once placeholder `vid` becomes fixed (nodes are in topological
+    def _facts_of(self, vid: int, facts: dict[int, Facts] | None = None) -> Facts:
+        f = (self.facts if facts is None else facts).get(vid)
+        return f if f is not None else dtype_facts(self.vals[vid].t.dtype)
+
+    def _facts_with(self, vid: int, made: Facts) -> dict[int, Facts] | None:
+        """Every value's facts once placeholder `vid` gets facts `made` (nodes are in topological
         order), or None if a vulnerable op would then be hopeless."""
-        fixed = set(self.fixed) | {vid}
+        facts = dict(self.facts)
+        facts[vid] = made
         for n in self.nodes:
-            if _hopeless(n.spec, n.inputs, fixed):
+            ins = [self._facts_of(i, facts) for i in n.inputs]
+            if hopeless(n.spec, ins):
                 return None
-            if _makes_fixed(n.spec, n.inputs, fixed):
-                fixed.update(n.outputs)
-        return fixed
+            dts = [self.vals[o].t.dtype for o in n.outputs]
+            facts.update(zip(n.outputs, value_facts(n.spec, ins, dts, makes_fixed(n.spec, n.inputs, ins))))
+        return facts
 
     def _new_id(self) -> int:
         self.next_id += 1

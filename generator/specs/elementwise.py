@@ -539,6 +539,8 @@ class BinarySpec(ElementwiseSpec):
         if form == "op":
             return f"({ins[0]} {self.operator} {other})"
         if form == "rop":
+            if self.operator == "**" and str(other).startswith("-"):
+                other = f"({other})"  # -1 ** x is -(1 ** x) in Python
             return f"({other} {self.operator} {ins[0]})"
         return f"{self.fn}({ins[0]}, {other}{self.keyword_args(a)})"
 
@@ -736,7 +738,9 @@ class Pow(BinarySpec):
         if len(in_sigs) == 1:
             dt = in_sigs[0][0]
             if self.attrs["form"] == "rop":  # scalar base
-                pool = ("2", "0.5", "0", "1", "-1", "2.718", "-1.5", "10.0") if is_float(dt) else \
+                # no negative float base: (-1.5) ** x is NaN unless x is a whole number, which
+                # no value search reaches
+                pool = ("2", "0.5", "0", "1", "2.718", "10.0") if is_float(dt) else \
                     (("2", "0", "1", "3") if dt == "uint8" else ("2", "0", "1", "-1", "3", "-2"))
             else:
                 pool = self.float_exponents if is_float(dt) else BOOL_SCALARS if dt == "bool" else self.int_exponents

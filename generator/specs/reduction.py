@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Sequence
 
+import z3
+
 from nnforge.core.dtypes import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES
 from nnforge.generator.abstract import AbsTensor, Dim
 from nnforge.generator.spec import MAX_RANK, Sig, register_op, same_dtype_combos
@@ -176,11 +178,13 @@ class Prod(DtypeArgReduce):
 
 @register_op
 class Mean(ReduceSpec):
-    """mean: float inputs, or any input with a float `dtype=`; an empty reduction is NaN."""
+    """mean: float inputs, or any input with a float `dtype=`. The reduced dims are non-empty:
+    an empty reduction is NaN whatever the values (the other dims may still be empty)."""
 
     name = "mean"
     fn = "torch.mean"
     vulnerable = True
+    nonempty = True
 
     def build_extra(self) -> None:
         dt = self.in_sigs[0][0]
@@ -327,8 +331,9 @@ class CountNonzero(ReduceSpec):
 
 @register_op
 class StdVar(ReduceSpec):
-    """std / var / std_mean / var_mean with correction 0, 1, 2 or the default; a correction
-    at least the reduced count gives inf/NaN, which is what value search looks for."""
+    """std / var / std_mean / var_mean with correction 0, 1, 2 or the default (1). A correction
+    at least the reduced count gives inf/NaN whatever the values, so the reduced dims leave some
+    degrees of freedom: all non-empty and one of them larger than the correction."""
 
     name = "std_var"
     in_dtypes = same_dtype_combos(FLOAT_DTYPES, 1)
@@ -338,6 +343,15 @@ class StdVar(ReduceSpec):
     def build_extra(self) -> None:
         self.choice_attr("fn", ("std", "var", "std_mean", "var_mean"))
         self.choice_attr("correction", (None, 0, 1, 2))
+
+    def requires(self, inputs):
+        corr = 1 if self.attrs["correction"] is None else self.attrs["correction"]
+        s = inputs[0].shape
+        dims = [s[i] for i in sorted(self.reduced_axes())]
+        if not dims:  # one element
+            return [z3.BoolVal(corr < 1)]
+        # the product of the dims would be nonlinear; one dim above the correction is enough
+        return [d >= 1 for d in dims] + [z3.Or([d > corr for d in dims])]
 
     def out_dtypes(self, dtype):
         return [dtype, dtype] if self.attrs["fn"].endswith("_mean") else [dtype]

@@ -869,7 +869,7 @@ class Select(ShapeSpec):
 # -- padding --------------------------------------------------------------------------------
 
 _PAD_VALUES = {
-    "float": (0.0, 1.5, -2.0, float("inf")),
+    "float": (0.0, 1.5, -2.0, -0.0),  # finite only: an inf border is non-finite whatever the inputs
     "int": (0, 1, -1, 7),
     "uint8": (0, 1, 255),
     "bool": (0.0, 1.0),
@@ -1417,7 +1417,9 @@ class Flip(ShapeSpec):
 
 @register_op
 class Triangle(ShapeSpec):
-    """tril / triu on the last two dims, diagonal offset any integer (beyond the matrix too)."""
+    """tril / triu on the last two dims. The diagonal offset keeps some of the matrix (one past
+    the far corner at most, which keeps all of it): a triangle beyond the matrix is all zeros,
+    which makes a downstream log or division non-finite whatever the inputs."""
 
     name = "tril_triu"
     in_ranks = _ranks(2)
@@ -1425,6 +1427,15 @@ class Triangle(ShapeSpec):
     def build(self) -> None:
         self.choice_attr("fn", ("tril", "triu"))
         self.int_attr("diagonal")
+
+    def requires(self, inputs):
+        rows, cols = inputs[0].shape[-2], inputs[0].shape[-1]
+        k = self.attrs["diagonal"]
+        if self.attrs["fn"] == "triu":  # keeps j - i >= k
+            keeps = z3.And(k <= cols - 1, k >= -rows)
+        else:  # tril keeps j - i <= k
+            keeps = z3.And(k >= -(rows - 1), k <= cols)
+        return [z3.Or(rows == 0, cols == 0, keeps)]
 
     def type_transfer(self, inputs):
         return [AbsTensor(inputs[0].dtype, list(inputs[0].shape))]

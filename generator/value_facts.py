@@ -1,0 +1,345 @@
+"""What the graph alone guarantees about a value ("facts"), and which vulnerable ops they doom.
+
+Value search can repair a program only if some finite inputs make every intermediate finite. A
+vulnerable op whose operand facts leave no such value (acosh(tanh(x)), lgamma(argsort(x)), log of
+a training-mode batch_norm, rsqrt(x - x)) is non-finite whatever the inputs, so the generator asks
+`hopeless(...)` before inserting one and does not build it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from nnforge.core.dtypes import is_float
+from nnforge.generator.spec import OpSpec
+
+
+# Values fixed by the graph alone, whatever the inputs and weights (as long as they are finite,
+# which value search needs anyway): class tests, and ops applied to one value twice where the
+# result cancels (x - x, x % x, x ^ x, x != x). A vulnerable op fed only fixed values (or a
+# fixed divisor) is non-finite for every value or for none (rsqrt(isinf(x)), log(x - x)), so
+# no value search can repair it; the generator does not build it.
+_FIXED_RESULT = frozenset({"isinf", "isnan", "isposinf", "isneginf", "isfinite", "isreal"})
+_SELF_CANCELLING = frozenset({"sub", "fmod", "remainder", "bitwise_xor", "logical_xor",
+                              "eq", "ne", "gt", "ge", "lt", "le", "isclose"})
+_DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1}
+
+
+# -- value facts ---------------------------------------------------------------------------
+# What the graph alone guarantees about a value, for every evaluation where everything is finite
+# (value search asks no more). A vulnerable op whose operand facts leave no finite value
+# (acosh(tanh(x)), lgamma(argsort(x)), log(batch_norm(x)) in training mode, acos(layer_norm(x)))
+# is non-finite whatever the inputs, so no search can repair it; the generator does not build it.
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Facts:
+    lo: float = -INF  # closed bounds on every element
+    hi: float = INF
+    integral: bool = False  # integer-valued
+    zero: bool = False  # holds a 0 in practice: indices, triangles
+    centered: bool = False  # mean zero over some dims: holds a value <= 0 (or is all zeros)
+    unit: bool = False  # standardised with a small eps: holds a value with |x| >= ~1
+    fixed: bool = False  # the same whatever the inputs (see _FIXED_RESULT)
+
+
+def dtype_facts(dtype: str) -> Facts:
+    if dtype == "bool":
+        return Facts(0.0, 1.0, integral=True)
+    if dtype == "uint8":
+        return Facts(0.0, 255.0, integral=True)
+    return Facts() if is_float(dtype) else Facts(integral=True)
+
+
+def _safe(f, x: float) -> float:
+    try:
+        return float(f(x))
+    except (OverflowError, ValueError):
+        return INF if x > 0 else -INF
+
+
+def _sigmoid(x: float) -> float:
+    return 0.5 * (1.0 + math.tanh(x / 2))
+
+
+_INCREASING = {  # monotone non-decreasing unary ops (where finite)
+    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "expm1": math.expm1, "tanh": math.tanh,
+    "sigmoid": _sigmoid, "erf": math.erf, "atan": math.atan, "asinh": math.asinh, "sinh": math.sinh,
+    "softsign": lambda x: x / (1 + abs(x)), "deg2rad": math.radians, "rad2deg": math.degrees,
+    "relu": lambda x: max(x, 0.0), "positive": lambda x: x, "floor": math.floor, "ceil": math.ceil,
+    "trunc": math.trunc, "sqrt": lambda x: math.sqrt(max(x, 0.0)),
+    "log": lambda x: math.log(x) if x > 0 else -INF, "log2": lambda x: math.log2(x) if x > 0 else -INF,
+    "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
+    "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
+}
+_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc}
+_RANGE = {  # output bounds whatever the input
+    "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
+    "softmax": (0, 1), "log_softmax": (-INF, 0), "logsigmoid": (-INF, 0), "acos": (0, math.pi),
+    "asin": (-math.pi / 2, math.pi / 2), "atan2": (-math.pi, math.pi), "cosh": (1, INF), "i0": (1, INF),
+    "softplus": (0, INF), "square": (0, INF), "frac": (-1, 1), "count_nonzero": (0, INF),
+}
+_INTEGRAL_RESULT = frozenset({"floor", "ceil", "trunc", "sgn", "sign", "count_nonzero"})
+_KEEPS_INTEGRAL = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "hardtanh", "clamp"})
+# Same elements (maybe reordered, repeated or reshaped): every fact carries over.
+_REARRANGE = frozenset({"contiguous", "flip", "roll", "permute", "transpose", "t", "movedim", "reshape", "view",
+                        "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "tile",
+                        "pixel_shuffle", "pixel_unshuffle", "dropout"})
+# Some of the elements: bounds carry over, "holds a ..." facts do not.
+_SUBSET = frozenset({"narrow", "slice", "select", "chunk", "split", "tensor_split", "unbind", "diagonal", "gather",
+                     "index_select", "take_along_dim", "max_min", "amax_amin", "aminmax", "median", "kthvalue",
+                     "mode", "sort", "topk", "cummax_cummin", "max_pool1d", "max_pool2d", "max_pool3d",
+                     "adaptive_max_pool1d", "adaptive_max_pool2d"})
+# Within the hull of the inputs (0 included, for padded averages).
+_HULL = frozenset({"maximum", "minimum", "fmax", "fmin", "cat", "stack", "mean", "avg_pool1d", "avg_pool2d",
+                   "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"})
+# Second outputs that are indices (argsort and argmax/argmin are the first and only).
+_INDEX_AT_1 = frozenset({"sort", "topk", "max_min", "median", "kthvalue", "mode", "cummax_cummin", "max_pool1d",
+                         "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d"})
+_INDEX = Facts(0.0, INF, integral=True, zero=True)
+_CLASS_TEST_VALUE = {"isinf": 0.0, "isnan": 0.0, "isposinf": 0.0, "isneginf": 0.0, "isfinite": 1.0, "isreal": 1.0}
+
+
+def _standardised(op: OpSpec) -> tuple[bool, bool]:
+    """(centered, unit) of a normalisation's output: mean zero (and unit variance when eps is
+    small) over its groups, unless an affine bias (or weight) moves it."""
+    a, k = op.attrs, len(op.in_sigs)
+    small_eps = a.get("eps") is None or a.get("eps") <= 1e-3
+    if op.name == "batch_norm" and a.get("training"):
+        return a.get("affine") in ("none", "weight"), a.get("affine") == "none" and small_eps
+    if op.name == "instance_norm" and a.get("use_input_stats") and a.get("layout") in ("x", "stats"):
+        return True, small_eps
+    if op.name in ("layer_norm", "group_norm") and k == 1:
+        return True, small_eps
+    if op.name == "rms_norm" and k == 1:
+        return False, small_eps
+    return False, False
+
+
+def _number(v: Any, default: float) -> float:
+    """A scalar attribute as a float (specs keep some as source text: "-1.5", "float('inf')")."""
+    if v is None:
+        return default
+    if isinstance(v, str):
+        v = {"True": 1.0, "False": 0.0, "float('inf')": INF, "float('-inf')": -INF}.get(v, v)
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x
+
+
+def _clamp_fn(lo: float, hi: float):
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    return lambda x: min(max(x, lo), hi)
+
+
+def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
+    """Facts of an elementwise unary result from its operand's, None when nothing is known."""
+    name, a = op.name, op.attrs
+    fn = _INCREASING.get(name)
+    if name == "hardtanh":
+        fn = _clamp_fn(_number(a.get("min_val"), -1.0), _number(a.get("max_val"), 1.0))
+    elif name == "clamp":
+        fn = _clamp_fn(_number(a.get("min"), -INF), _number(a.get("max"), INF))
+    elif name == "round" and a.get("decimals") in (None, 0):
+        fn = round
+    if fn is not None:
+        lo, hi = _safe(fn, f.lo), _safe(fn, f.hi)
+    elif name in _DECREASING:
+        lo, hi = _safe(_DECREASING[name], f.hi), _safe(_DECREASING[name], f.lo)
+    elif name == "abs":
+        lo, hi = (f.lo, f.hi) if f.lo >= 0 else (-f.hi, -f.lo) if f.hi <= 0 else (0.0, max(-f.lo, f.hi))
+    elif name == "threshold":
+        th, val = _number(a["threshold"], math.nan), _number(a["value"], math.nan)
+        if math.isnan(th) or math.isnan(val):
+            return None
+        if f.lo > th:
+            lo, hi = f.lo, f.hi
+        elif f.hi > th:
+            lo, hi = min(val, th), max(val, f.hi)
+        else:
+            lo = hi = val
+    elif name in _RANGE:
+        lo, hi = _RANGE[name]
+    else:
+        return None
+    if name in _RANGE:
+        lo, hi = max(lo, _RANGE[name][0]), min(hi, _RANGE[name][1])
+    integral = name in _INTEGRAL_RESULT or name == "round" or (f.integral and name in _KEEPS_INTEGRAL)
+    keeps_zero = f.zero and name in ("relu", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
+                                     "floor", "sinh", "tanh", "sin", "atan", "asinh", "erf", "softsign", "deg2rad",
+                                     "rad2deg", "sqrt", "expm1")
+    return Facts(float(lo), float(hi), integral=integral, zero=keeps_zero)
+
+
+def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
+    """Facts of `x * s`, `x / s`, `fmod(x, s)`, `remainder(x, s)` for a scalar s (tensor first)."""
+    a = op.attrs
+    s = _number(a.get("scalar"), math.nan)
+    if math.isnan(s) or math.isinf(s) or (a.get("form") == "rop" and op.name != "mul"):
+        return None
+    integral = f.integral and s.is_integer()
+    if op.name == "mul":
+        if s == 0:
+            return Facts(0.0, 0.0, integral=True)
+        lo, hi = sorted((f.lo * s, f.hi * s))
+        return Facts(lo, hi, integral, zero=f.zero)
+    if op.name in ("div", "div_promote") and s != 0:
+        lo, hi = sorted((f.lo / s, f.hi / s))
+        return Facts(lo, hi, zero=f.zero)
+    if op.name in ("fmod", "remainder") and s != 0:
+        m = abs(s) - 1 if integral else abs(s)  # |result| < |s|
+        if op.name == "fmod":  # the dividend's sign
+            return Facts(-m if f.lo < 0 else 0.0, m if f.hi > 0 else 0.0, integral)
+        return Facts(0.0, m, integral) if s > 0 else Facts(-m, 0.0, integral)  # the divisor's sign
+    return None
+
+
+def _sum_facts(f: Facts) -> Facts:
+    """A sum keeps the sign of same-signed terms (and all-zero terms sum to zero)."""
+    return Facts(0.0 if f.lo >= 0 else -INF, 0.0 if f.hi <= 0 else INF, f.integral)
+
+
+_PRODUCTS = frozenset({"mul", "mm", "bmm", "matmul", "einsum", "linear"})  # zero if an operand is all zeros
+
+
+def _hull(fs: list[Facts], with_zero: bool = False) -> Facts:
+    lo, hi = min(f.lo for f in fs), max(f.hi for f in fs)
+    if with_zero:
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+    return Facts(lo, hi, integral=all(f.integral for f in fs))
+
+
+def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool) -> list[Facts]:
+    """Facts of each output of `op` from its inputs' facts (Facts() where nothing is known)."""
+    name = op.name
+    outs: list[Facts] = []
+    for pos, dt in enumerate(out_dtypes):
+        base = dtype_facts(dt)
+        f: Facts | None = None
+        if (pos == 1 and name in _INDEX_AT_1) or name == "argmax_argmin" or (
+                name == "sort" and op.attrs.get("fn") == "argsort"):
+            f = _INDEX
+        elif name in _CLASS_TEST_VALUE:  # on finite values (all value search accepts)
+            v = _CLASS_TEST_VALUE[name]
+            f = Facts(v, v, integral=True, zero=v == 0)
+        elif not ins:
+            f = None
+        elif name.startswith("to_") or name == "type_as":
+            f = ins[0] if is_float(dt) else None
+        elif name in _REARRANGE:
+            f = ins[0]
+        elif name in _SUBSET:
+            g = ins[0]
+            f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed)
+        elif name in _HULL:
+            f = _hull(ins, with_zero=name.startswith("avg_pool"))
+            if name in ("cat", "stack"):
+                f = Facts(f.lo, f.hi, f.integral, zero=any(g.zero for g in ins),
+                          centered=any(g.centered for g in ins), unit=any(g.unit for g in ins))
+        elif name in _PRODUCTS and any(g.lo == g.hi == 0 for g in ins) and not (name == "linear" and len(ins) > 2):
+            f = Facts(0.0, 0.0, integral=True)
+        elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder"):
+            f = _scalar_facts(op, ins[0])
+        elif name in ("sum", "nansum", "cumsum_cumprod") and op.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum"):
+            f = _sum_facts(ins[0])
+        elif name == "pad":
+            g = ins[0]
+            if op.attrs.get("mode") == "constant":
+                v = _number(op.attrs.get("value"), 0.0)
+                f = None if math.isnan(v) else Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer())
+            else:
+                f = Facts(g.lo, g.hi, g.integral)
+        elif name == "tril_triu":
+            g = ins[0]
+            f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=True)
+        elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
+            centered, unit = _standardised(op)
+            f = Facts(centered=centered, unit=unit)
+        elif len(ins) == 1 or name in ("hardtanh", "clamp", "threshold"):
+            f = _unary_facts(op, ins[0])
+        f = base if f is None else f
+        if f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
+            f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit)
+        if f.lo > f.hi:  # facts that contradict each other are wrong somewhere: know nothing
+            f = base
+        if fixed != f.fixed:
+            f = Facts(f.lo, f.hi, f.integral or base.integral, f.zero, f.centered, f.unit, fixed)
+        elif base.integral and not f.integral:
+            f = Facts(f.lo, f.hi, True, f.zero, f.centered, f.unit, f.fixed)
+        outs.append(f)
+    return outs
+
+
+# Where a vulnerable unary op is finite: (lo, hi, lo open, hi open); `_POLE_AT_ZERO` adds x = 0
+# (and for lgamma/digamma every non-positive integer).
+_DOMAIN = {
+    "log": (0, INF, True, False), "log2": (0, INF, True, False), "log10": (0, INF, True, False),
+    "rsqrt": (0, INF, True, False), "log1p": (-1, INF, True, False), "sqrt": (0, INF, False, False),
+    "acos": (-1, 1, False, False), "asin": (-1, 1, False, False), "atanh": (-1, 1, True, True),
+    "erfinv": (-1, 1, True, True), "acosh": (1, INF, False, False), "logit": (0, 1, True, True),
+    "reciprocal": (-INF, INF, False, False), "lgamma": (-INF, INF, False, False),
+    "digamma": (-INF, INF, False, False),
+}
+_POLE_AT_ZERO = frozenset({"reciprocal", "lgamma", "digamma"})
+
+
+def _ceil(x: float) -> float:
+    return x if math.isinf(x) else math.ceil(x)
+
+
+def _floor(x: float) -> float:
+    return x if math.isinf(x) else math.floor(x)
+
+
+def _never_finite(name: str, f: Facts) -> bool:
+    """Whether unary `name` is non-finite (in practice) on every value with facts `f`."""
+    lo, hi, lo_open, hi_open = _DOMAIN[name]
+    if f.hi < lo or (f.hi == lo and lo_open) or f.lo > hi or (f.lo == hi and hi_open):
+        return True
+    zero_ok = (lo < 0 or (lo == 0 and not lo_open)) and hi > 0 and name not in _POLE_AT_ZERO
+    if (f.zero or (f.lo == f.hi == 0)) and not zero_ok:
+        return True
+    if f.centered and lo >= 0:  # needs every element >= 0 with mean 0: all zeros at best
+        return True
+    if f.unit and lo >= -1 and hi <= 1:
+        return True
+    if f.integral:
+        if name in ("lgamma", "digamma"):
+            lo, lo_open = 1, False
+        a = max(_ceil(lo) + (1 if lo_open and float(lo).is_integer() else 0), _ceil(f.lo))
+        b = min(_floor(hi) - (1 if hi_open and float(hi).is_integer() else 0), _floor(f.hi))
+        if b < a or (b == a and f.lo != f.hi):  # no integer, or only one that every element must equal
+            return True
+    return False
+
+
+def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
+    if op.name in _FIXED_RESULT:
+        return True
+    if (op.name in _SELF_CANCELLING and len(inputs) == 2 and inputs[0] == inputs[1]
+            and op.attrs.get("alpha") in (None, 1)):
+        return True
+    return bool(ins) and all(f.fixed for f in ins)
+
+
+def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
+    """A vulnerable op that no value makes finite: all its operands (or its divisor) fixed by the
+    graph, a divisor that holds a 0, or an operand whose facts lie outside the op's domain."""
+    if not op.vulnerable or not ins:
+        return False
+    if all(f.fixed for f in ins):
+        return True
+    pos = _DIVISOR_AT.get(op.name)
+    if pos is not None and pos < len(ins):
+        d = ins[pos]
+        if d.fixed or d.zero or d.lo == d.hi == 0:
+            return True
+    if op.name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
+        return False  # clamped into the domain
+    return op.name in _DOMAIN and _never_finite(op.name, ins[0])
