@@ -44,6 +44,10 @@ class Facts:
     centered: bool = False  # mean zero over some dims: holds a value <= 0 (or is all zeros)
     unit: bool = False  # standardised with a small eps: holds a value with |x| >= ~1
     fixed: bool = False  # the same whatever the inputs (see _FIXED_RESULT)
+    # The bound is a limit, reached only where the op saturates (tanh(x) is 1 for x > ~9 in
+    # float32): a domain that only this bound touches (acosh(tanh(x))) is out of reach in practice.
+    lo_limit: bool = False
+    hi_limit: bool = False
 
 
 def dtype_facts(dtype: str) -> Facts:
@@ -76,6 +80,14 @@ _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
 }
 _DECREASING = {"neg": lambda x: -x, "erfc": math.erfc}
+# Bounded results of unbounded operands that approach their bounds only asymptotically.
+# (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
+_SATURATING = frozenset({"tanh", "sigmoid", "erf", "erfc", "atan", "softsign", "logsigmoid"})
+# Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
+_STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
+                     "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
+                     "logsigmoid"})
+_DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
 _RANGE = {  # output bounds whatever the input
     "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
     "softmax": (0, 1), "log_softmax": (-INF, 0), "logsigmoid": (-INF, 0), "acos": (0, math.pi),
@@ -94,7 +106,7 @@ _SUBSET = frozenset({"narrow", "slice", "select", "chunk", "split", "tensor_spli
                      "mode", "sort", "topk", "cummax_cummin", "max_pool1d", "max_pool2d", "max_pool3d",
                      "adaptive_max_pool1d", "adaptive_max_pool2d"})
 # Within the hull of the inputs (0 included, for padded averages).
-_HULL = frozenset({"maximum", "minimum", "fmax", "fmin", "cat", "stack", "mean", "avg_pool1d", "avg_pool2d",
+_HULL = frozenset({"cat", "stack", "mean", "avg_pool1d", "avg_pool2d",
                    "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"})
 # Second outputs that are indices (argsort and argmax/argmin are the first and only).
 _INDEX_AT_1 = frozenset({"sort", "topk", "max_min", "median", "kthvalue", "mode", "cummax_cummin", "max_pool1d",
@@ -148,10 +160,18 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
         fn = _clamp_fn(_number(a.get("min"), -INF), _number(a.get("max"), INF))
     elif name == "round" and a.get("decimals") in (None, 0):
         fn = round
+    lo_limit = hi_limit = False
     if fn is not None:
         lo, hi = _safe(fn, f.lo), _safe(fn, f.hi)
+        # floor(0 + tiny) is 0, attained; floor(1 - tiny) is 0 too: 1 stays out of reach (ceil mirrors)
+        lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc")
+        hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc")
     elif name in _DECREASING:
         lo, hi = _safe(_DECREASING[name], f.hi), _safe(_DECREASING[name], f.lo)
+        lo_limit = _limit(name, f.hi, f.hi_limit, lo, INF)
+        hi_limit = _limit(name, f.lo, f.lo_limit, hi, -INF)
+    elif name == "digamma" and f.lo >= 0 and f.hi <= 1:  # softmax, sigmoid: digamma below digamma(1)
+        lo, hi = -INF, _DIGAMMA_1
     elif name == "abs":
         lo, hi = (f.lo, f.hi) if f.lo >= 0 else (-f.hi, -f.lo) if f.hi <= 0 else (0.0, max(-f.lo, f.hi))
     elif name == "threshold":
@@ -169,22 +189,39 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     else:
         return None
     if name in _RANGE:
-        lo, hi = max(lo, _RANGE[name][0]), min(hi, _RANGE[name][1])
+        lo2, hi2 = max(lo, _RANGE[name][0]), min(hi, _RANGE[name][1])
+        lo_limit, hi_limit = lo_limit and lo2 == lo, hi_limit and hi2 == hi
+        lo, hi = lo2, hi2
     integral = name in _INTEGRAL_RESULT or name == "round" or (f.integral and name in _KEEPS_INTEGRAL)
     keeps_zero = f.zero and name in ("relu", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
                                      "floor", "sinh", "tanh", "sin", "atan", "asinh", "erf", "softsign", "deg2rad",
                                      "rad2deg", "sqrt", "expm1")
-    return Facts(float(lo), float(hi), integral=integral, zero=keeps_zero)
+    return Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit)
+
+
+def _limit(name: str, bound: float, was_limit: bool, result: float, infinite: float) -> bool:
+    """Whether a result bound is a limit: the image of an operand's limit under a strictly
+    monotone op (or left unchanged), or what a saturating op tends to on an unbounded operand."""
+    if not math.isfinite(result):
+        return False
+    if bound == infinite:
+        return name in _SATURATING
+    return was_limit and (name in _STRICT or result == bound)
 
 
 def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
-    """Facts of `x * s`, `x / s`, `fmod(x, s)`, `remainder(x, s)` for a scalar s (tensor first)."""
+    """Facts of `x * s`, `x / s`, `fmod(x, s)`, `remainder(x, s)`, `xlogy(x, s)` for a scalar s
+    (tensor first)."""
     a = op.attrs
     s = _number(a.get("scalar"), math.nan)
     if math.isnan(s) or math.isinf(s) or (a.get("form") == "rop" and op.name != "mul"):
         return None
+    if op.name == "xlogy":  # x * log(s): a product with a constant (0 when s is 1)
+        if s <= 0:
+            return None
+        s = math.log(s)
     integral = f.integral and s.is_integer()
-    if op.name == "mul":
+    if op.name in ("mul", "xlogy"):
         if s == 0:
             return Facts(0.0, 0.0, integral=True)
         lo, hi = sorted((f.lo * s, f.hi * s))
@@ -205,7 +242,24 @@ def _sum_facts(f: Facts) -> Facts:
     return Facts(0.0 if f.lo >= 0 else -INF, 0.0 if f.hi <= 0 else INF, f.integral)
 
 
-_PRODUCTS = frozenset({"mul", "mm", "bmm", "matmul", "einsum", "linear"})  # zero if an operand is all zeros
+_PRODUCTS = frozenset({"mul", "mul_promote", "mm", "bmm", "matmul", "einsum", "linear"})  # zero if an operand is all zeros
+
+
+_LOWER_OF = frozenset({"minimum", "minimum_promote", "fmin"})
+_UPPER_OF = frozenset({"maximum", "maximum_promote", "fmax"})
+
+
+def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
+    """x >> k is floor(x / 2 ** k): by a scalar k, the bounds shifted; by a tensor (wrapped into
+    [0, bits)), anywhere from x itself to 0 (or -1 for negative x)."""
+    k = _number(op.attrs.get("scalar"), math.nan) if "scalar" in op.attrs else math.nan
+    if not math.isnan(k) and k >= 0:
+        return Facts(_floor(f.lo / 2 ** k), _floor(f.hi / 2 ** k), integral=True)
+    return Facts(f.lo if f.lo < 0 else 0.0, f.hi if f.hi >= 0 else -1.0, integral=True)
+
+
+# Bitwise ops with a scalar that decides every bit of the result.
+_ABSORBING = {"bitwise_or": -1.0, "bitwise_and": 0.0}
 
 
 def _hull(fs: list[Facts], with_zero: bool = False) -> Facts:
@@ -237,6 +291,11 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in _SUBSET:
             g = ins[0]
             f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed)
+        elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
+            pick = min if name in _LOWER_OF else max
+            f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins))
+        elif name == "bitwise_right_shift":
+            f = _right_shift_facts(op, ins[0])
         elif name in _HULL:
             f = _hull(ins, with_zero=name.startswith("avg_pool"))
             if name in ("cat", "stack"):
@@ -244,7 +303,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
                           centered=any(g.centered for g in ins), unit=any(g.unit for g in ins))
         elif name in _PRODUCTS and any(g.lo == g.hi == 0 for g in ins) and not (name == "linear" and len(ins) > 2):
             f = Facts(0.0, 0.0, integral=True)
-        elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder"):
+        elif len(ins) == 1 and name in _ABSORBING and _number(op.attrs.get("scalar"), math.nan) == _ABSORBING[name]:
+            v = _ABSORBING[name]  # x | -1 is -1, x & 0 is 0, whatever x
+            f = Facts(v, v, integral=True, zero=v == 0)
+        elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder", "xlogy"):
             f = _scalar_facts(op, ins[0])
         elif name in ("sum", "nansum", "cumsum_cumprod") and op.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum"):
             f = _sum_facts(ins[0])
@@ -297,6 +359,14 @@ def _floor(x: float) -> float:
     return x if math.isinf(x) else math.floor(x)
 
 
+def _practical(f: Facts) -> tuple[float, float]:
+    """Bounds of integer values as met in practice: a bound that is a limit (floor(sigmoid(x))
+    is 1 only where sigmoid saturates) gives way to the next integer inside."""
+    lo = f.lo + 1 if f.lo_limit and f.integral and f.lo < f.hi else f.lo
+    hi = f.hi - 1 if f.hi_limit and f.integral and lo < f.hi else f.hi
+    return lo, hi
+
+
 def _never_finite(name: str, f: Facts) -> bool:
     """Whether unary `name` is non-finite (in practice) on every value with facts `f`."""
     lo, hi, lo_open, hi_open = _DOMAIN[name]
@@ -305,6 +375,8 @@ def _never_finite(name: str, f: Facts) -> bool:
     zero_ok = (lo < 0 or (lo == 0 and not lo_open)) and hi > 0 and name not in _POLE_AT_ZERO
     if (f.zero or (f.lo == f.hi == 0)) and not zero_ok:
         return True
+    if (f.hi_limit and f.hi == lo) or (f.lo_limit and f.lo == hi):  # the domain is met only in saturation
+        return True
     if f.centered and lo >= 0:  # needs every element >= 0 with mean 0: all zeros at best
         return True
     if f.unit and lo >= -1 and hi <= 1:
@@ -312,9 +384,10 @@ def _never_finite(name: str, f: Facts) -> bool:
     if f.integral:
         if name in ("lgamma", "digamma"):
             lo, lo_open = 1, False
-        a = max(_ceil(lo) + (1 if lo_open and float(lo).is_integer() else 0), _ceil(f.lo))
-        b = min(_floor(hi) - (1 if hi_open and float(hi).is_integer() else 0), _floor(f.hi))
-        if b < a or (b == a and f.lo != f.hi):  # no integer, or only one that every element must equal
+        f_lo, f_hi = _practical(f)
+        a = max(_ceil(lo) + (1 if lo_open and float(lo).is_integer() else 0), _ceil(f_lo))
+        b = min(_floor(hi) - (1 if hi_open and float(hi).is_integer() else 0), _floor(f_hi))
+        if b < a or (b == a and f_lo != f_hi):  # no integer, or only one that every element must equal
             return True
     return False
 
@@ -338,7 +411,7 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
     pos = _DIVISOR_AT.get(op.name)
     if pos is not None and pos < len(ins):
         d = ins[pos]
-        if d.fixed or d.zero or d.lo == d.hi == 0:
+        if d.fixed or d.zero or _practical(d) == (0, 0):
             return True
     if op.name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
         return False  # clamped into the domain

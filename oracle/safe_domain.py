@@ -364,13 +364,14 @@ def _rpow(args, kwargs, dtype):
 
 @safe_domain("lp_pool1d", "lp_pool2d", "lp_pool3d")
 def _lp_pool(args, kwargs, dtype):
-    # (sum x ** p) ** (1 / p): a fractional p makes negative inputs NaN.
+    # (sum x ** p) ** (1 / p): a fractional p makes negative inputs NaN, an odd p negative sums.
     x = _float(_arg(args, kwargs, 0, "input"))
     p = _arg(args, kwargs, 1, "norm_type")
     if x is None:
         return None
-    if isinstance(p, (int, float)) and float(p).is_integer():
+    if isinstance(p, (int, float)) and float(p).is_integer() and int(p) % 2 == 0:
         return magnitude_loss((x,), {}, dtype)
+    # A fractional or odd p: a window whose sum of x ** p is negative has a NaN p-th root.
     return _below(x, MARGIN)
 
 

@@ -21,15 +21,22 @@ One iteration:
    operators with zero gradient (floor, relu's flat side, clamp, casts, comparisons) pass the
    gradient straight through during this run;
 3. when there is no usable gradient, the loss stops falling, or `max_descent` steps from one
-   start have not succeeded (two culprits that undo each other's repairs), resample instead.
+   start have not succeeded (two culprits that undo each other's repairs), resample instead;
+   a step after which an operator *before* the culprit fails (it overshot into another
+   operator's forbidden region) is taken back and retried at half the length.
 
 Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
 of the inputs never change. Integer inputs (generated programs feed them straight into log,
 acos, division) are optimised too: a float master, rounded into the values' original range
 (widened when they are all equal, as a lone scalar's are), is what Adam moves; the operators
-see a float "shadow" equal to the integers, with the master's gradient. They are resampled
-from sub-ranges that domains favour (positives, {-1, 0, 1}, ones). Boolean inputs are only
-resampled: at random, all set, none set.
+see a float "shadow" equal to the integers, with the master's gradient. Shadows pass through
+integer-only operators too (bitwise ops and shifts move with their operand, `~x` as `-x - 1`),
+through zero-gradient ones (sign, clamp) straight through, and through operators with several
+results (cummax, sort). Integer inputs are resampled from sub-ranges that domains favour
+(positives, {-1, 0, 1}, ones, zeros); boolean inputs are only resampled (at random, all set,
+none set). Since one joint draw rarely suits several such inputs at once, a resampling is
+followed by a sweep: one discrete input at a time, each sub-range is tried and the draw that
+gets furthest through the program (then leaves fewest non-finite elements) is kept.
 """
 
 from __future__ import annotations
@@ -41,9 +48,20 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.oracle.safe_domain import COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, op_info, repair_loss
+
+# Integer-only operators: the float proxy through which a gradient reaches their operand (the
+# first one with a shadow). Roughly monotone stand-ins; exactness does not matter, direction does.
+INTEGER_PROXY = {
+    "bitwise_or": lambda s: s, "or": lambda s: s, "ror": lambda s: s, "ior": lambda s: s,
+    "bitwise_and": lambda s: s, "and": lambda s: s, "rand": lambda s: s, "iand": lambda s: s,
+    "bitwise_xor": lambda s: s, "xor": lambda s: s, "rxor": lambda s: s, "ixor": lambda s: s,
+    "bitwise_left_shift": lambda s: s, "lshift": lambda s: s, "bitwise_right_shift": lambda s: s,
+    "rshift": lambda s: s, "gcd": lambda s: s.abs(), "lcm": lambda s: s.abs(),
+    "bitwise_not": lambda s: -s - 1.0, "invert": lambda s: -s - 1.0,
+}
 
 __all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call", "diagnose", "FAILURE_CLASSES"]
 
@@ -125,6 +143,12 @@ def _nonfinite_tree(obj: Any) -> bool:
     return any(_nonfinite_in(x) for x in leaves)
 
 
+def _count_nonfinite(obj: Any) -> int:
+    leaves, _ = tree_flatten(obj)
+    return sum(int((~torch.isfinite(x)).sum()) for x in leaves
+               if isinstance(x, torch.Tensor) and x.is_floating_point() and x.layout == torch.strided)
+
+
 def _grad_float(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad
 
@@ -181,6 +205,7 @@ class _Interceptor(TorchFunctionMode):
         self.culprit_key: tuple[int, str] | None = None
         self.loss: torch.Tensor | None = None
         self.loss_kind = "none"  # repair_loss's kind at the culprit
+        self.bad_elements = 0  # non-finite elements of the culprit's result (check mode)
         self.culprit_dtype: torch.dtype | None = None
         self.hinges: list[torch.Tensor] = []
         self.shadows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -195,6 +220,7 @@ class _Interceptor(TorchFunctionMode):
             target = args[0] if out is None and info.inplace and args else out
             if self.culprit is None and _nonfinite_in(target):
                 self.culprit, self.culprit_key = info.name, (self.index, info.name)
+                self.bad_elements = _count_nonfinite(target)
                 if self.abort:
                     raise _Stop
             return out
@@ -206,7 +232,21 @@ class _Interceptor(TorchFunctionMode):
         pre = None
         if info.inplace and args and _grad_float(args[0]):
             pre = args[0].clone()  # the values before mutation, for the loss
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError:
+            # Some operands may not carry a gradient here (batch_norm's running statistics,
+            # reached by a straight-through `detach`): run this one op without any (its repair
+            # loss still sees the operands that do).
+            d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args[1:]), kwargs))
+            d_args = tuple(args[:1]) + d_args  # the data operand keeps its gradient if it can
+            try:
+                out = func(*d_args, **d_kwargs)
+            except RuntimeError:
+                d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args), kwargs))
+                out = func(*d_args, **d_kwargs)
+            if out is None and info.inplace:
+                args, kwargs = d_args, d_kwargs
         target = args[0] if out is None and info.inplace and args else out
         key = (self.index, info.name)
         if _nonfinite_in(target):
@@ -220,6 +260,9 @@ class _Interceptor(TorchFunctionMode):
             hinge = hinge_for(info.name, loss_args, loss_kwargs, _dtype_of(target))
             if hinge is not None:
                 self.hinges.append(hinge)
+        if (isinstance(out, (tuple, list)) and self.shadows and not info.inplace and torch.is_grad_enabled()
+                and out and all(isinstance(o, torch.Tensor) for o in out)):
+            return self._through_shadows_multi(func, args, kwargs, out)
         if info.inplace or not isinstance(out, torch.Tensor) or not torch.is_grad_enabled():
             return out
         if self.shadows:
@@ -233,6 +276,8 @@ class _Interceptor(TorchFunctionMode):
             x = args[0] if args else None
             if _grad_float(x) and x.shape == out.shape:
                 self.shadows[id(out)] = (out, x)
+            elif (sx := self._shadow_of(x)) is not None and sx.shape == out.shape:
+                self.shadows.setdefault(id(out), (out, sx))  # integer to integer: the same shadow
         elif name in COMPARISONS and out.dtype == torch.bool:
             a = args[0] if args else None
             b = args[1] if len(args) > 1 else kwargs.get("other")
@@ -263,6 +308,53 @@ class _Interceptor(TorchFunctionMode):
                 return entry[1]
         return None
 
+    def _integer_proxy(self, func, args, kwargs, out: torch.Tensor) -> torch.Tensor | None:
+        """A float stand-in for integer-only ops (bitwise ops, shifts, gcd/lcm) whose first
+        shadowed operand carries the gradient: `x | 0`, `2 | x`, `x >> 1` move with x."""
+        name = op_info(func).name
+        if name not in INTEGER_PROXY:
+            return None
+        for x in tree_flatten((args, kwargs))[0]:
+            s = self._shadow_of(x)
+            if s is not None:
+                proxy = INTEGER_PROXY[name](s)
+                if proxy.shape != out.shape:
+                    try:
+                        proxy = proxy.expand(out.shape)
+                    except RuntimeError:
+                        return None
+                return proxy
+        return None
+
+    def _through_shadows_multi(self, func, args, kwargs, out):
+        """`_through_shadows` for ops with several results (cummax, sort, topk, max with dim):
+        each result gets its own proxy's gradient."""
+        flat, spec = tree_flatten((args, kwargs))
+        shadows = [self._shadow_of(x) for x in flat]
+        if all(s is None for s in shadows):
+            return out
+        try:
+            s_args, s_kwargs = tree_unflatten([s if s is not None else x for x, s in zip(flat, shadows)], spec)
+            proxies = func(*s_args, **s_kwargs)
+        except Exception:
+            return out
+        if not isinstance(proxies, (tuple, list)) or len(proxies) != len(out):
+            return out
+        new = list(out)
+        for k, (o, p) in enumerate(zip(out, proxies)):
+            if not (isinstance(p, torch.Tensor) and p.is_floating_point() and p.requires_grad and p.shape == o.shape):
+                continue
+            if o.is_floating_point():
+                new[k] = _StraightThrough.apply(o.detach(), p)
+            else:
+                self.shadows[id(o)] = (o, p)
+        if all(a is b for a, b in zip(new, out)):
+            return out
+        try:
+            return type(out)(new)
+        except TypeError:
+            return out
+
     def _through_shadows(self, func, args, kwargs, out: torch.Tensor) -> torch.Tensor:
         """If an argument is an integer/bool tensor with a float shadow, recompute the op on the
         shadows and let `out` carry that computation's gradient."""
@@ -277,11 +369,19 @@ class _Interceptor(TorchFunctionMode):
             return out
         try:
             s_args, s_kwargs = tree_unflatten(flat, spec)
+            if isinstance(s_kwargs.get("dtype"), torch.dtype) and not s_kwargs["dtype"].is_floating_point:
+                s_kwargs = {**s_kwargs, "dtype": None}  # cumsum(x, dtype=torch.int8): the proxy stays float
             proxy = func(*s_args, **s_kwargs)
         except Exception:  # the op may insist on integer/bool operands (indexing, where, ...)
-            return out
+            proxy = self._integer_proxy(func, args, kwargs, out)
+            if proxy is None:
+                return out
         if not (isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad):
             return out
+        first = flat[0] if flat else None
+        if op_info(func).name in STRAIGHT_THROUGH and _grad_float(first) and _broadcastable_to(first.shape, proxy.shape):
+            # sign(~x) moves with x; the op's own gradient stays (clamp(x, max=m) reaches m)
+            proxy = proxy + (first - first.detach())
         if out.is_floating_point():
             if _broadcastable_to(proxy.shape, out.shape):
                 return _StraightThrough.apply(out.detach(), proxy)
@@ -636,6 +736,12 @@ class _Run:
                     s.work.copy_(s.master)
                 s.master.grad = None
 
+    def _restore(self, values: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for s, v in zip(self.slots, values):
+                s.master.copy_(v)
+        self._sync()
+
     def _sample(self, all_slots: bool = False) -> None:
         """Fresh values from the next range; parameters only every other time (unless
         `all_slots`), so that an input-driven culprit is first tried with the model's own weights."""
@@ -661,7 +767,68 @@ class _Run:
                 self.values[i] = new
         self._sync()
         self.adam.reset()
+        self.adam.scale = 1.0
         self.samples += 1
+
+    def _progress(self) -> tuple[int, int]:
+        """How far a check run of the current values gets: the call index of its first
+        non-finite operator (later is better), then fewer non-finite elements there.
+        (BIG, 0) when the run is all finite; (-1, 0) when it raises."""
+        out = self._forward(searching=False)
+        if out.error is not None:
+            return (-1, 0)
+        if out.culprit is None:
+            return (_ALL_FINITE, 0)
+        if out.key is None or out.key[0] < 0:  # only the returned value is non-finite
+            return (_ALL_FINITE - 1, 0)
+        return (out.key[0], -self.mode.bad_elements)
+
+    def _sweep(self, deadline: float) -> bool:
+        """Greedy, one discrete input at a time: try each integer input on each of its
+        sub-ranges (and each boolean input on each density), the others held, and keep the
+        draw that gets furthest (see `_progress`). Integer inputs that must land in a narrow
+        range ({0}, {1}, [1, 3], [-1, 1]) and several of them that need different ranges are
+        out of reach of one joint draw. True when some draw made the whole run finite."""
+        int_slots = [s for s in self.slots if s.bounds is not None]
+        if not int_slots and not self.bool_inputs:
+            return False
+        best = self._progress()
+        if best[0] == _ALL_FINITE:
+            return True
+        with torch.no_grad():
+            for s in int_slots:
+                keep = s.master.detach().clone()
+                for k in range(len(INT_SUBRANGES)):
+                    if time.perf_counter() > deadline:
+                        break
+                    ilo, ihi = _int_range(s.bounds, k)
+                    fresh = torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen)
+                    s.master.copy_(fresh.to(s.master.dtype))
+                    self._sync()
+                    p = self._progress()
+                    if p[0] == _ALL_FINITE:
+                        return True
+                    if p > best:
+                        best, keep = p, s.master.detach().clone()
+                s.master.copy_(keep)
+                self._sync()
+            for i in self.bool_inputs:
+                old = self.values[i]
+                keep = old
+                for p_true in BOOL_DENSITIES:
+                    if time.perf_counter() > deadline:
+                        break
+                    fresh = torch.rand(old.shape, generator=self.gen) < p_true
+                    new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
+                    new.copy_(fresh)
+                    self.values[i] = new
+                    p = self._progress()
+                    if p[0] == _ALL_FINITE:
+                        return True
+                    if p > best:
+                        best, keep = p, new
+                self.values[i] = keep
+        return False
 
     def _repair_nonfinite_start(self) -> None:
         """Values that are NaN/Inf to begin with are replaced before anything else."""
@@ -695,6 +862,7 @@ class _Run:
         iterations = 0
         use_grad = True
         last_key, best, stall, descent = None, math.inf, 0, 0
+        undo: tuple[int, list[torch.Tensor]] | None = None  # (reach, values) before the last step
         # The budget starts after the first (checking) run: it pays one-off costs such as the
         # first call of an operator in this process, which are not the search's doing.
         deadline = time.perf_counter() + cfg.budget_ms / 1000.0
@@ -711,6 +879,14 @@ class _Run:
                 if check.error is None and check.culprit is None:
                     return self._finish(True, None, iterations, initially_finite=False)
                 outcome = check
+            if undo is not None and _reach(outcome) < undo[0] and self.adam.scale > MIN_STEP_SCALE:
+                # The last step broke an operator that ran before the culprit it repaired (it
+                # overshot into another's domain): take it back and try a shorter one.
+                self._restore(undo[1])
+                self.adam.scale *= 0.5
+                undo = None
+                iterations += 1
+                continue
             if outcome.culprit is not None:
                 culprit = outcome.culprit
                 last = outcome
@@ -720,6 +896,7 @@ class _Run:
                 culprit = outcome.error
                 last = outcome
             stepped = False
+            undo = (_reach(outcome), [s.master.detach().clone() for s in self.slots]) if use_grad else None
             if use_grad and outcome.loss is not None:
                 value = float(outcome.loss.detach())
                 if outcome.key == last_key and not value < best * 0.999:
@@ -733,8 +910,13 @@ class _Run:
             if stepped:
                 descent += 1
             else:
+                undo = None
                 self._sample()
                 stall, last_key, best, descent = 0, None, math.inf, 0
+                # The sweep costs a run per sub-range and discrete input: where a gradient
+                # reached the culprit, give plain draws a turn in between.
+                if (outcome.loss_kind == "none" or self.samples % 2 == 0) and self._sweep(deadline):
+                    return self._finish(True, None, iterations + 1, initially_finite=False)
             iterations += 1
         return self._finish(False, culprit, iterations, initially_finite=False, failure=_failure_class(last))
 
@@ -799,6 +981,19 @@ FAILURE_CLASSES = (
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+# The shortest step, as a share of the learning rate, that backtracking tries.
+MIN_STEP_SCALE = 1.0 / 16
+
+
+def _reach(outcome: _Outcome) -> int:
+    """How far a run got: the call index of its culprit (a run that raised got nowhere)."""
+    if outcome.error is not None and outcome.culprit is None:
+        return -1
+    if outcome.key is None:
+        return _ALL_FINITE
+    return _ALL_FINITE - 1 if outcome.key[0] < 0 else outcome.key[0]
+
+
 def _failure_class(last: _Outcome) -> str:
     if last.culprit is None and last.error is not None:
         return "program raises"
@@ -829,6 +1024,7 @@ class _Adam:
         self.reset()
 
     def reset(self) -> None:
+        self.scale = 1.0  # shrinks when a step overshoots (see _Run._search)
         self.t = 0
         self.m = [None] * len(self.params)
         self.v = [None] * len(self.params)
@@ -849,7 +1045,7 @@ class _Adam:
             gs.append(p.grad)
             ms.append(self.m[i])
             vs.append(self.v[i])
-            steps.append(-self.lrs[i] / c1)
+            steps.append(-self.lrs[i] * self.scale / c1)
         if not ps:
             return
         # One fused call per formula line rather than one kernel per tensor.
@@ -870,21 +1066,39 @@ class _Adam:
 
 def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
     """The range an integer input's values may take: the range they span (an index stays a
-    valid index), widened when they are all (nearly) equal, as a lone scalar's are; never to
-    negative values if there were none."""
+    valid index), widened when they are all (nearly) equal, as a lone scalar's are (down to 0,
+    where the small values domains favour lie; never to negative values if there were none); in
+    any case down to 0 and, when none is positive (a few random draws can all come out
+    negative), up to 8."""
     lo, hi = int(x.min()), int(x.max())
     if hi - lo < 2:
         info = torch.iinfo(x.dtype)
-        lo, hi = max(info.min, lo - 8 if lo < 0 else max(0, lo - 8)), min(info.max, hi + 8)
+        lo, hi = max(info.min, lo - 8 if lo < 0 else 0), min(info.max, max(hi + 8, 8))
+    else:
+        if hi <= 0:  # a few draws that all came out non-positive: positives are as likely
+            hi = min(torch.iinfo(x.dtype).max, 8)
+        lo = min(lo, 0)  # 0 and 1 are where acos, erfinv and friends are finite (and valid indices)
     return lo, hi
 
 
+# Sub-ranges an integer input is resampled from (None: the input's own bound), in order: all of
+# it, its positive part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, zeros
+# (erfinv, acos of i0), small positives, its negative part (sign of a bitwise not), {0, 1},
+# minus ones, small values above one (lgamma, acosh).
+INT_SUBRANGES: tuple[tuple[int | None, int | None], ...] = (
+    (None, None), (1, None), (-1, 1), (1, 1), (0, 0), (1, 3), (None, -1), (0, 1), (-1, -1), (2, 4),
+)
+# Shares of True a boolean input is resampled with.
+BOOL_DENSITIES = (0.5, 1.0, 0.0, 0.9, 0.1)
+_ALL_FINITE = 1 << 40
+
+
 def _int_range(bounds: tuple[int, int], k: int) -> tuple[int, int]:
-    """The k-th sub-range tried when an integer input is resampled: all of it, its positive
-    part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, zeros (erfinv, acos
-    of i0), small positives, its negative part (sign of a bitwise not), {0, 1}."""
+    """The k-th sub-range (INT_SUBRANGES) tried when an integer input is resampled, within its
+    bounds (all of them when the two do not overlap)."""
     lo, hi = bounds
-    wanted = ((lo, hi), (1, hi), (-1, 1), (1, 1), (0, 0), (1, 3), (lo, -1), (0, 1))[k % 8]
+    wanted = INT_SUBRANGES[k % len(INT_SUBRANGES)]
+    wanted = (lo if wanted[0] is None else wanted[0], hi if wanted[1] is None else wanted[1])
     a, b = max(lo, wanted[0]), min(hi, wanted[1])
     return (a, b) if a <= b else (lo, hi)
 

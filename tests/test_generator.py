@@ -175,3 +175,46 @@ def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
         for n in g.nodes:
             if n.op in ("lgamma", "reciprocal", "log"):
                 assert made_by.get(n.inputs[0]) != "argmax_argmin", to_program(g)
+
+
+def test_product_with_an_all_zero_operand_is_known_zero_across_dtypes():
+    from nnforge.generator.spec import all_ops
+
+    ops = all_ops()
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
+    x = gen.add_placeholder(("float32", 2))
+    assert gen.insert_forward(ops["isneginf"], [x])
+    mask = gen.nodes[-1].outputs[0]  # all False on finite values
+    assert gen.insert_forward(ops["mul_promote"], [mask, x])  # bool * float: promotes, still all zeros
+    zero = gen.nodes[-1].outputs[0]
+    assert gen.facts[zero].lo == gen.facts[zero].hi == 0
+    assert not gen.insert_forward(ops["digamma"], [zero]) and not gen.insert_forward(ops["log"], [zero])
+    assert gen.insert_forward(ops["digamma"], [x])
+
+
+def test_bounds_met_only_in_saturation_or_fixed_by_a_scalar_doom_the_op():
+    from nnforge.generator.spec import all_ops
+
+    ops = all_ops()
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
+    x = gen.add_placeholder(("float32", 2))
+
+    def out_of(name, *ins):
+        assert gen.insert_forward(ops[name], list(ins)), name
+        return gen.nodes[-1].outputs[0]
+
+    t = out_of("tanh", x)  # (-1, 1): 1 only where tanh saturates
+    assert not gen.insert_forward(ops["acosh"], [t]) and not gen.insert_forward(ops["acosh"], [out_of("relu", t)])
+    assert gen.insert_forward(ops["atanh"], [t]) and gen.insert_forward(ops["acos"], [t])
+    assert not gen.insert_forward(ops["log"], [out_of("digamma", out_of("sigmoid", x))])  # digamma < 0 on (0, 1)
+    assert gen.insert_forward(ops["log"], [out_of("digamma", x)])
+    i = gen.add_placeholder(("int32", 2))
+    kinds = set()
+    for seed in range(60):  # x | -1 is -1 whatever x: digamma(-1) is a pole
+        gen.rng.seed(seed)
+        if gen.insert_forward(ops["bitwise_or"], [i]):
+            n = gen.nodes[-1]
+            minus_one = n.spec.attrs.get("scalar") in ("-1", -1)
+            assert gen.insert_forward(ops["digamma"], [n.outputs[0]]) != minus_one
+            kinds.add(minus_one)
+    assert kinds == {True, False}

@@ -373,3 +373,106 @@ def test_failure_is_classified_and_constant_operands_are_diagnosed():
     assert diagnose(model, inputs) == ("constant operand", "rsqrt")
     # A repairable program is not diagnosed as hopeless.
     assert diagnose(ArgmaxOfLog(), (torch.tensor([-1.0, 2.0, -3.0, 0.5]),)) is None
+
+
+def test_unsigned_scalar_widens_down_to_zero_for_acos():
+    # a lone uint8 12 must reach {0, 1}: its widened range includes the small values
+    class AcosOfByte(nn.Module):
+        def forward(self, i):
+            return torch.acos(i) + torch.remainder(torch.sinc(i.float()), torch.sinc(i.float()))
+
+    inputs = (torch.tensor(12, dtype=torch.uint8),)
+    res = ValueSearch(**SEARCH).run(AcosOfByte(), inputs)
+    assert_repaired(AcosOfByte(), inputs, res)
+    assert int(res.inputs[0]) in (0, 1)  # outside 4..20, the range a +-8 widening gave
+
+
+def test_bitwise_ops_pass_gradient_to_their_integer_operand():
+    class RsqrtOfOr(nn.Module):
+        def forward(self, v):
+            return torch.rsqrt((v | 0).float()) + torch.log2((~v).float().neg())
+
+    inputs = (torch.tensor([-8, -3, 0, 2, 5, 7, -1, 4], dtype=torch.int64),)
+    assert first_nonfinite(RsqrtOfOr(), inputs) == "rsqrt"
+    res = ValueSearch(**SEARCH).run(RsqrtOfOr(), inputs)
+    assert_repaired(RsqrtOfOr(), inputs, res)
+    assert bool((res.inputs[0] > 0).all())
+
+
+def test_sweep_gives_two_integer_inputs_different_narrow_ranges():
+    # no gradient reaches either input (equality tests): only discrete draws, one input at a
+    # time, find a == 0 everywhere and b >= 1 everywhere
+    class TwoMasks(nn.Module):
+        def forward(self, a, b):
+            return torch.lgamma((a == 0).float()) + torch.log((b >= 1).float())
+
+    inputs = (torch.tensor([3, -2, 5, 1, -7, 0], dtype=torch.int32), torch.tensor([-4, 6, 0, 2, 8, -3], dtype=torch.int32))
+    res = ValueSearch(**SEARCH).run(TwoMasks(), inputs)
+    assert_repaired(TwoMasks(), inputs, res)
+    assert bool((res.inputs[0] == 0).all()) and bool((res.inputs[1] >= 1).all())
+
+
+def test_sign_of_a_bitwise_not_passes_gradient_straight_through():
+    # digamma(sign(~v)) needs ~v > 0, i.e. v <= -1 ... and sign(~v) == 1 means v <= -2
+    class SignNot(nn.Module):
+        def forward(self, v):
+            return torch.digamma(torch.sign(~v))
+
+    inputs = (torch.tensor([3, -1, 0, 5, -7, 2, 8, -2]),)
+    res = ValueSearch(**SEARCH).run(SignNot(), inputs)
+    assert_repaired(SignNot(), inputs, res)
+    assert bool((res.inputs[0] <= -2).all())
+
+
+def test_several_results_of_an_integer_op_carry_shadows():
+    # cummax returns (values, indices): the values need the float input's gradient, which only
+    # a per-result shadow carries (no draw from the sampling ranges reaches 4)
+    class CummaxLog(nn.Module):
+        def forward(self, x):
+            return torch.log(torch.cummax(x.long(), 0).values.float() - 3.5)
+
+    inputs = (torch.zeros(6),)
+    res = ValueSearch(**SEARCH).run(CummaxLog(), inputs)
+    assert_repaired(CummaxLog(), inputs, res)
+    assert res.method == "gradient"
+
+
+def test_integer_dtype_arguments_and_integer_casts_keep_the_shadow():
+    class CumsumLog(nn.Module):
+        def forward(self, x):
+            return torch.log(torch.cumsum(x.long().to(torch.int16), 0, dtype=torch.int32).float() - 1.5)
+
+    inputs = (torch.zeros(6),)
+    res = ValueSearch(**SEARCH).run(CumsumLog(), inputs)
+    assert_repaired(CumsumLog(), inputs, res)
+    assert res.method == "gradient"
+
+
+def test_op_that_refuses_gradient_operands_runs_without_them_and_keeps_its_loss():
+    # the straight-through `detach` hands batch_norm running statistics that require grad, which
+    # it refuses; the op reruns on detached operands, and its loss still reaches the variance
+    class NormOfRunningVar(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean = nn.Parameter(torch.zeros(3))
+            self.var = nn.Parameter(-torch.ones(3))
+
+        def forward(self, x):
+            return F.instance_norm(x, self.mean.detach(), self.var.detach(), use_input_stats=False)
+
+    model, inputs = NormOfRunningVar(), (torch.randn(2, 3, 4),)
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient" and bool((model.var + 1e-5 > 0).all())  # var + eps > 0
+
+
+def test_a_step_that_breaks_an_earlier_operator_is_taken_back_and_shortened():
+    # sqrt(x - 1) then log(1.3 - sqrt(...)): x must land in [1, 2.56); from 20..60 the log's
+    # steps overshoot below 1 unless they are shortened
+    class Window(nn.Module):
+        def forward(self, x):
+            return torch.log(1.3 - torch.sqrt(x - 1.0))
+
+    inputs = (torch.linspace(20.0, 60.0, 64),)
+    res = ValueSearch(**SEARCH).run(Window(), inputs)
+    assert_repaired(Window(), inputs, res)
