@@ -54,6 +54,7 @@ def run_campaign(out: Path, minutes: float, targets: str, workers: int, coverage
         cmd.append("--coverage")
     print("$ " + " ".join(cmd), flush=True)
     t = time.monotonic()
+    out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f"{out.name}.log", "w") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     return rc, time.monotonic() - t
