@@ -22,6 +22,9 @@ from typing import Any
 from nnforge.core.verdict import Symptom
 
 FP64_MULTIPLIER = 2.0  # compiled RMSE may be up to this many times eager's (as dynamo's `same`)
+# float16/bfloat16 results: 3, as `same` allows them, because where eager rounds after every op a
+# backend may round once, or accumulate in its own order, and low precision magnifies either
+FP64_MULTIPLIER_LOW_PRECISION = 3.0
 
 
 # -- tolerances --------------------------------------------------------------------------------
@@ -235,7 +238,8 @@ def _compare_float(e: Any, a: Any, r: Any, tol: Tolerance) -> Comparison:
         if bool(usable.any()):
             rmse_a = float(((a64 - r64)[usable] ** 2).mean().sqrt())
             rmse_e = float(((e64 - r64)[usable] ** 2).mean().sqrt())
-            if rmse_a <= FP64_MULTIPLIER * rmse_e + tol.atol / 10.0:
+            multiplier = FP64_MULTIPLIER_LOW_PRECISION if e.dtype in (torch.float16, torch.bfloat16) else FP64_MULTIPLIER
+            if rmse_a <= multiplier * rmse_e + tol.atol / 10.0:
                 return PASS  # no worse than eager, judged by the float64 run
             return Comparison(Symptom.MISMATCH, None, None, max_abs, max_rel, rmse_a, rmse_e,
                               f"{int(failing.sum())} of {e.numel()} values outside rtol={tol.rtol:g}, atol={tol.atol:g} ({where}); "

@@ -112,6 +112,9 @@ class OnnxReferenceBackend(OnnxBackend):
     """The exported graph, run by onnx's pure-Python reference evaluator: judges the exporter."""
 
     name = "onnx_export"
+    # numpy computes float16 reductions and normalisations in float16, where eager accumulates in
+    # float32: a value-only difference there says nothing about the exporter (job.judge_outputs)
+    imprecise_in_low_precision = True
 
     @classmethod
     def available(cls) -> bool:

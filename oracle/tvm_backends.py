@@ -1,10 +1,11 @@
 """Apache TVM (Relax) as rungs, fed by the ONNX exporter.
 
-Ladder for target `tvm`: `tvm_frontend` (relax.frontend.onnx.from_onnx, then only the lowering
+Ladder for target `tvm`: `onnx_export` (the exported graph in onnx.reference: judges the exporter,
+as for `ort`) -> `tvm_frontend` (relax.frontend.onnx.from_onnx, then only the lowering
 TVM cannot do without: `default_build`, i.e. LegalizeOps and VM lowering with no folding or
 fusion, under opt_level 0) -> `tvm_pipeline` (the CPU default pipeline: FoldConstant, FuseOps,
-FuseTIR, under opt_level 3). If the first disagrees with eager, the importer (or TVM's operator
-legalisation) is guilty; if only the second does, an optimising pass is.
+FuseTIR, under opt_level 3). If `tvm_frontend` is the first to disagree with eager, the importer (or TVM's
+operator legalisation) is guilty; if only `tvm_pipeline` does, an optimising pass is.
 """
 
 from __future__ import annotations
@@ -87,5 +88,6 @@ class TvmPipelineBackend(TvmBackend):
     optimise = True
 
 
-register_target(TargetSpec("tvm", ("tvm_frontend", "tvm_pipeline"), family="onnx",
-                           doc="TVM Relax via ONNX; blames the importer/legalisation or the optimising pipeline"))
+# onnx_export first: an exporter that writes the wrong graph must not be blamed on TVM's importer
+register_target(TargetSpec("tvm", ("onnx_export", "tvm_frontend", "tvm_pipeline"), family="onnx",
+                           doc="TVM Relax via ONNX; blames the exporter, the importer/legalisation or the optimising pipeline"))

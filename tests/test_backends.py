@@ -95,7 +95,7 @@ def test_targets_resolve_to_ladders_and_test_faults_stay_hidden():
     assert not any(n.startswith("faulty") for n in target_names())
     assert [b.name for b in parse_target("inductor").ladder()] == ["dynamo", "aot_autograd", "inductor"]
     assert [b.name for b in parse_target("ort").ladder()] == ["onnx_export", "ort_kernels", "ort_optimizer"]
-    assert [b.name for b in parse_target("tvm").ladder()] == ["tvm_frontend", "tvm_pipeline"]
+    assert [b.name for b in parse_target("tvm").ladder()] == ["onnx_export", "tvm_frontend", "tvm_pipeline"]
     t = parse_target("faulty_crash:sin")
     assert t.params == {"op": "sin"} and [b.name for b in t.ladder()] == ["dynamo", "faulty_crash"]
     assert parse_target("inductor:dynamic=true,mode=max-autotune-no-cudagraphs").params["dynamic"] is True
@@ -135,7 +135,7 @@ def test_ort_and_tvm_pass_a_conv_matmul_model(tmp_path, monkeypatch):
     assert by_target["ort"]["symptom"] == "pass", by_target["ort"]["detail"]
     assert by_target["tvm"]["symptom"] == "pass", by_target["tvm"]["detail"]
     assert [o["rung"] for o in res["rungs"]["ort"]] == ["onnx_export", "ort_kernels", "ort_optimizer"]
-    assert [o["rung"] for o in res["rungs"]["tvm"]] == ["tvm_frontend", "tvm_pipeline"]
+    assert [o["rung"] for o in res["rungs"]["tvm"]] == ["onnx_export", "tvm_frontend", "tvm_pipeline"]
     assert by_target["ort"]["versions"]["ort_kernels"] and by_target["tvm"]["versions"]["tvm_pipeline"]
 
 
@@ -206,3 +206,36 @@ def test_an_exported_model_that_breaks_onnx_typing_is_blamed_on_the_exporter(tmp
     res = run_case({"program": _PROGRAM_WITH.format(expr="torch.bitwise_or(x, x)"), "targets": ["ort"],
                     "calls": [{"grad_enabled": False}]})
     assert res["verdicts"][0]["symptom"] == "invalid", res["verdicts"][0]
+
+
+_NARROWING = """
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x, n):
+        h = x.to(torch.float16) * 3.3
+        return (h.float().half() + torch.erf(n), torch.softmax(x, 0, dtype=torch.bfloat16))
+
+def make_inputs():
+    return (torch.randn(64), torch.arange(4).reshape(4, 1))
+"""
+
+
+def test_the_float64_run_is_float64_through_explicit_casts_and_default_dtype(tmp_path, monkeypatch):
+    """Explicit narrowing casts inside forward must not round the precision reference (else eager
+    looks exact and any backend that keeps more precision looks like a bug); integer math that
+    promotes to the default dtype must not break the float64 run either."""
+    from nnforge.core.calls import SINGLE_CALL
+    from nnforge.oracle.job import Program, run_reference
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    prog = Program(source=_NARROWING, inputs=(torch.randn(64), torch.arange(4).reshape(4, 1)), state_dict={},
+                   steps=SINGLE_CALL)
+    ref = run_reference(prog)
+    assert ref.fp64 is not None, "the float64 run failed"
+    eager, exact = ref.outputs[0].outputs, ref.fp64[0].outputs
+    assert [t.dtype for t in exact] == [torch.float64, torch.float64]
+    assert [t.dtype for t in eager] == [torch.float32, torch.bfloat16]  # float16 + erf(int) promotes to float32
+    assert float((eager[0].double() - exact[0]).abs().max()) > 0  # eager's rounding is not the reference
+    assert torch.get_default_dtype() == torch.float32  # restored

@@ -365,6 +365,37 @@ def repro_to_float64(x):
 REPRO_FLOAT64 = False
 
 
+class ReproFloat64(torch.overrides.TorchFunctionMode):
+    """The float64 run asks for float64 wherever the program asks for a narrower float (explicit
+    casts, factory dtypes, the default dtype), or eager's own rounding would be the reference."""
+
+    NARROW = (torch.float16, torch.bfloat16, torch.float32)
+
+    def __enter__(self):
+        self.default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            super().__exit__(*exc)
+        finally:
+            torch.set_default_dtype(self.default)
+
+    def widen(self, x):
+        if isinstance(x, torch.dtype):
+            return torch.float64 if x in self.NARROW else x
+        if isinstance(x, (list, tuple)) and any(isinstance(v, torch.dtype) for v in x):
+            return type(x)(self.widen(v) for v in x)
+        return x
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.half, torch.Tensor.float, torch.Tensor.bfloat16):
+            return args[0].to(torch.float64)
+        return func(*(self.widen(a) for a in args), **{k: self.widen(v) for k, v in kwargs.items()})
+
+
 def repro_args(i):
     args = REPRO_CALL_ARGS[i] if REPRO_CALL_ARGS is not None else REPRO_INPUTS
     args = tuple(repro_clone(a) for a in args)
@@ -562,7 +593,8 @@ def repro_main():
         print(f"cannot tell: eager itself raises {type(eager_error[1]).__name__}: {eager_error[1]}")
         return 2
     try:
-        expected64, _ = repro_run(repro_make_model(float64=True), float64=True)
+        with ReproFloat64():
+            expected64, _ = repro_run(repro_make_model(float64=True), float64=True)
     except Exception:
         expected64 = None  # no float64 evidence: tolerances alone decide
     model = repro_make_model()
