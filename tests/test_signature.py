@@ -119,3 +119,12 @@ def test_same_bug_needs_same_symptom_rung_type_message_and_top_frame():
     assert not same_bug(ref, _crash("no lowering for aten.sin", rung="aot_eager"))
     assert not same_bug(ref, Verdict(target="inductor", symptom=Symptom.MISMATCH, rung="inductor"))
     assert not same_bug(ref, Verdict(target="inductor", symptom=Symptom.INVALID))
+
+
+def test_onnx_integer_type_strings_fold_so_one_exporter_bug_is_one_key():
+    msgs = [f"[ShapeInferenceError] (op_type:Tanh, node name: /Tanh): input typestr: T, has unsupported type: tensor({t})"
+            for t in ("int16", "int64", "uint8", "bool")]
+    assert len({normalize_message(m) for m in msgs}) == 1
+    float_msg = msgs[0].replace("int16", "float16")
+    assert normalize_message(float_msg) != normalize_message(msgs[0])  # float types still tell bugs apart
+    assert "op_type:Tanh" in normalize_message(msgs[0])

@@ -21,6 +21,9 @@ from nnforge.core.verdict import Frame
 # numbers), then generated names (so their digits are not mistaken for numbers), then numbers.
 _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    # ONNX type strings of integer and bool tensors: "Tanh ... has unsupported type: tensor(int16)"
+    # is one exporter bug (no cast to float) whichever integer type the program happened to feed
+    (re.compile(r"\btensor\((?:u?int(?:8|16|32|64)|bool)\)"), "tensor(<int>)"),
     # absolute paths and paths with a directory, optionally with :line or ", line N"
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+~]+)+/?(?::\d+)?"), "<path>"),
     (re.compile(r"\b(?:program|model|repro)_\w*\d\w*"), "<module>"),  # program_4711_3, program_ab12cd
