@@ -239,3 +239,14 @@ def test_the_float64_run_is_float64_through_explicit_casts_and_default_dtype(tmp
     assert [t.dtype for t in eager] == [torch.float32, torch.bfloat16]  # float16 + erf(int) promotes to float32
     assert float((eager[0].double() - exact[0]).abs().max()) > 0  # eager's rounding is not the reference
     assert torch.get_default_dtype() == torch.float32  # restored
+
+
+def test_float16_one_rounding_at_the_output_magnitude_is_precision_but_ten_is_not():
+    exact = torch.ones(16, dtype=torch.float64)
+    eager = exact.to(torch.float16)
+    ulp = float(torch.finfo(torch.float16).eps)
+    one_off = eager.clone()
+    one_off[0] = 1 + 2 * ulp  # outside rtol=1e-3 at that element, but one rounding's worth over the output
+    assert compare_tensors(eager, one_off, fp64=exact).ok
+    far = (exact + 10 * ulp).to(torch.float16)
+    assert compare_tensors(eager, far, fp64=exact).symptom is Symptom.MISMATCH
