@@ -146,7 +146,9 @@ def test_generation_and_materialisation_in_two_threads_do_not_corrupt_z3():
     assert int(res.stdout.split()[-1]) > 0  # the other thread really ran during generation
 
 
-def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
+def _one_input_generator():
+    """A generator holding one float32 matrix input `x`, and `out_of(op, *inputs)`, which inserts
+    an op that must be accepted and returns its output value."""
     from nnforge.generator.spec import all_ops
 
     ops = all_ops()
@@ -156,6 +158,12 @@ def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
     def out_of(name, *ins):
         assert gen.insert_forward(ops[name], list(ins)), name
         return gen.nodes[-1].outputs[0]
+
+    return gen, ops, x, out_of
+
+
+def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
+    gen, ops, x, out_of = _one_input_generator()
 
     neg = out_of("neg", out_of("exp", x))  # (-inf, 0]
     assert not gen.insert_forward(ops["log"], [neg])  # log needs > 0
@@ -178,11 +186,7 @@ def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
 
 
 def test_product_with_an_all_zero_operand_is_known_zero_across_dtypes():
-    from nnforge.generator.spec import all_ops
-
-    ops = all_ops()
-    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
-    x = gen.add_placeholder(("float32", 2))
+    gen, ops, x, _ = _one_input_generator()
     assert gen.insert_forward(ops["isneginf"], [x])
     mask = gen.nodes[-1].outputs[0]  # all False on finite values
     assert gen.insert_forward(ops["mul_promote"], [mask, x])  # bool * float: promotes, still all zeros
@@ -193,15 +197,7 @@ def test_product_with_an_all_zero_operand_is_known_zero_across_dtypes():
 
 
 def test_bounds_met_only_in_saturation_or_fixed_by_a_scalar_doom_the_op():
-    from nnforge.generator.spec import all_ops
-
-    ops = all_ops()
-    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
-    x = gen.add_placeholder(("float32", 2))
-
-    def out_of(name, *ins):
-        assert gen.insert_forward(ops[name], list(ins)), name
-        return gen.nodes[-1].outputs[0]
+    gen, ops, x, out_of = _one_input_generator()
 
     t = out_of("tanh", x)  # (-1, 1): 1 only where tanh saturates
     assert not gen.insert_forward(ops["acosh"], [t]) and not gen.insert_forward(ops["acosh"], [out_of("relu", t)])
