@@ -203,6 +203,16 @@ def load_view(store_or_path: Any, campaign_dir: Path | None = None) -> CampaignV
         db.con.close()
 
 
+def write_view_file(campaign_dir: Path, store: Any, name: str, render: Any) -> Path:
+    """Write DIR/`name` as `render(view)` of the campaign in `store` (a Store, or the folder)."""
+    campaign_dir = Path(campaign_dir)
+    view = load_view(store, campaign_dir)
+    campaign_dir.mkdir(parents=True, exist_ok=True)
+    path = campaign_dir / name
+    path.write_text(render(view), encoding="utf-8")
+    return path
+
+
 def _float(x: Any) -> float | None:
     try:
         return None if x is None else float(x)

@@ -14,8 +14,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from nnforge.agent.report_data import (CampaignView, YieldRow, fmt_duration, fmt_time, load_view,
-                                       scheduler_policy_text)
+from nnforge.agent.report_data import (CampaignView, YieldRow, fmt_duration, fmt_time,
+                                       scheduler_policy_text, write_view_file)
 from nnforge.agent.svg_plots import PALETTE, Series, bar_chart
 from nnforge.agent.svg_plots import line_chart as _line_chart
 from nnforge.core.verdict import Symptom
@@ -50,12 +50,7 @@ pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow-x: auto; 
 
 def write_report(campaign_dir: Path, store: Any) -> Path:
     """Write DIR/report.html from `store` (a Store, or the campaign folder) and return its path."""
-    campaign_dir = Path(campaign_dir)
-    view = load_view(store, campaign_dir)
-    campaign_dir.mkdir(parents=True, exist_ok=True)
-    path = campaign_dir / REPORT_FILE
-    path.write_text(render_report(view), encoding="utf-8")
-    return path
+    return write_view_file(campaign_dir, store, REPORT_FILE, render_report)
 
 
 # -- pieces -----------------------------------------------------------------------------------------

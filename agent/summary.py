@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nnforge.agent.report_data import CampaignView, YieldRow, fmt_duration, fmt_time, load_view
+from nnforge.agent.report_data import CampaignView, YieldRow, fmt_duration, fmt_time, write_view_file
 from nnforge.core.verdict import Symptom
 
 SUMMARY_FILE = "summary.md"
@@ -19,12 +19,7 @@ MAX_ARMS = 30
 
 def write_summary(campaign_dir: Path, store: Any) -> Path:
     """Write DIR/summary.md from `store` (a Store, or the campaign folder) and return its path."""
-    campaign_dir = Path(campaign_dir)
-    view = load_view(store, campaign_dir)
-    campaign_dir.mkdir(parents=True, exist_ok=True)
-    path = campaign_dir / SUMMARY_FILE
-    path.write_text(render_summary(view), encoding="utf-8")
-    return path
+    return write_view_file(campaign_dir, store, SUMMARY_FILE, render_summary)
 
 
 def _md(s: Any) -> str:
