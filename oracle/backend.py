@@ -100,6 +100,8 @@ class Backend:
     torch_side_effects: ClassVar[bool] = False
     stateful: ClassVar[bool] = False
     flat_outputs: ClassVar[bool] = False
+    # computes float16/bfloat16 without wider accumulation: value-only misses there defer to later rungs
+    imprecise_in_low_precision: ClassVar[bool] = False
     params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):

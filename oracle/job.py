@@ -227,7 +227,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
         for label, exp, act, f64, ties in parts:
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=backend.flat_outputs and label == "output")
-            if not c.ok and getattr(backend, "imprecise_in_low_precision", False) and _low_precision_value_miss(exp, c):
+            if not c.ok and backend.imprecise_in_low_precision and _low_precision_value_miss(exp, c):
                 return RungOutcome(backend.name, skipped=f"{backend.name} computes float16/bfloat16 without wider "
                                    f"accumulation; its {label} differs in value only ({c.detail}); the next rungs judge")
             if not c.ok:
