@@ -71,13 +71,14 @@ def classify_failure(pool: WorkerPool, program: str, search: dict | None) -> tup
     return str(search["failure"]), culprit
 
 
-def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int, diagnose: bool = True) -> dict:
+def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int, diagnose: bool = True,
+            dump: Path | None = None) -> dict:
     searched = success = needed = needed_ok = crashed = invalid = 0
     times: list[float] = []
     culprits: dict[str, int] = {}
     failures: dict[str, dict[str, int]] = {}
     hung: list[int] = []
-    for k, (_seed, program, calls) in enumerate(programs(nodes, count, seed0, hung)):
+    for k, (seed, program, calls) in enumerate(programs(nodes, count, seed0, hung)):
         if k and k % 50 == 0:
             print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [],
@@ -98,6 +99,9 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             needed_ok += ok
         if s and not ok:
             culprits[str(s.get("culprit"))[:60]] = culprits.get(str(s.get("culprit"))[:60], 0) + 1
+        if not ok and dump is not None:
+            dump.mkdir(parents=True, exist_ok=True)
+            (dump / f"n{nodes}_seed{seed}.py").write_text(f"# culprit: {(s or {}).get('culprit')}\n{program}")
         if not ok and diagnose:
             kind, op = classify_failure(pool, program, s)
             failures.setdefault(kind, {})
@@ -120,6 +124,7 @@ def main() -> None:
                          "cores, OpenMP's spin-waits make small ops 10-100x slower on a shared machine")
     ap.add_argument("--no-diagnose", action="store_true",
                     help="skip the failure breakdown (it reruns each failed program on 24 random draws)")
+    ap.add_argument("--dump", type=Path, default=None, help="write each failed program to DIR/n<nodes>_seed<seed>.py")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
@@ -128,7 +133,7 @@ def main() -> None:
         pool.warmup()
         for n in args.nodes:
             t = time.perf_counter()
-            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose),
+            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose, args.dump),
                          time.perf_counter() - t))
     hdr = f"{'nodes':>5} {'programs':>8} {'all finite':>11} {'needed search':>14} {'repaired':>9} {'median ms':>10} {'p90 ms':>8}"
     print(hdr)

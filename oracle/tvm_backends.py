@@ -18,6 +18,9 @@ from nnforge.oracle.onnx_backends import OnnxBackend, _first_line
 
 class TvmBackend(OnnxBackend):
     optimise: bool = False
+    # TVM's legalised kernels reduce float16 in float16 (a ReduceSum over 32 halves is off by a few
+    # roundings); value-only differences within job.LOW_PRECISION_SLACK_EPS are precision
+    imprecise_in_low_precision = True
 
     @classmethod
     def available(cls) -> bool:

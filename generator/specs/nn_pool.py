@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import ClassVar
 
+import z3
+
 from nnforge.core.dtypes import INT_DTYPES
 from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.spec import OpSpec, Sig, register_op, same_dtype_combos
@@ -91,8 +93,24 @@ class _WindowPool(_PoolBase):
         cons += bounded(self.dilation, 1, MAX_DILATION)
         cons += bounded(self.padding, 0, MAX_KERNEL)
         cons += [2 * p <= k for p, k in zip(self.padding, self.kernel) if not isinstance(p, int)]
+        cons += self._windows_touch_input(spatial)
         named, outs = named_dims(self, self._out_exprs(spatial))
         return cons + named + [o >= 1 for o in outs]
+
+    def _windows_touch_input(self, spatial) -> list:
+        """Every window holds at least one input element. A dilated window that starts in the
+        padding skips over an input shorter than the dilation (kernel 3, dilation 2, padding 1
+        on a length-1 dim reads positions -1, 1 and 3): max pooling then returns -inf there
+        for any input, which no value search can repair. With padding 0 or an input at least
+        as long as the dilation, the first real position of every window lies inside."""
+        cons = []
+        for size, pad, dil in zip(spatial, self.padding, self.dilation):
+            if isinstance(dil, int) and dil == 1:
+                continue
+            if isinstance(pad, int) and pad == 0:
+                continue
+            cons.append(z3.Or(pad == 0, size >= dil))
+        return cons
 
     def _window_args(self, a) -> str:
         n = self.n
