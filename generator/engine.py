@@ -21,8 +21,10 @@ import z3
 from nnforge.core.dtypes import ALL_DTYPES, is_float
 from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
-from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
-from nnforge.generator.value_facts import Facts, dtype_facts, hopeless, makes_fixed, value_facts
+from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
+from nnforge.generator.value_facts import (
+    SIZE_ONE_OPS, Concrete, Facts, along_axes, dtype_facts, hopeless, makes_fixed, same_values_as, value_facts,
+)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,12 @@ class GraphGenerator:
         self.vals: dict[int, _Val] = {}
         self.nodes: list[_Node] = []
         self.facts: dict[int, Facts] = {}  # what the graph guarantees about values (placeholders: none)
+        # value -> a value with the very same elements (positive(x), x.contiguous(), x.to(x.dtype)):
+        # the self-cancelling rule (x - positive(x) is 0) compares canonical ids
+        self.alias: dict[int, int] = {}
+        # every constraint kept so far, the binning buckets apart (see `_solve_with`)
+        self._hard: list[z3.BoolRef] = []
+        self._bins: list[list[z3.BoolRef]] = []
         self.next_id = 0
         self.stats = GenStats()
         self.deadline = time.perf_counter() + cfg.timeout_ms / 1000.0
@@ -217,6 +225,7 @@ class GraphGenerator:
         cons = [z3.And(d >= lo, d <= self.cfg.max_dim) for d in t.shape]
         cons += self._size_cap(t)
         self.solver.add(*cons)
+        self._hard += cons
         if bin_now:
             self.bin_placeholders([vid])
         return vid
@@ -272,8 +281,8 @@ class GraphGenerator:
             self.vals[oid] = _Val(oid, o, placeholder=False)
             out_ids.append(oid)
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
-        out_facts = value_facts(op, in_facts, [o.dtype for o in outs], makes_fixed(op, list(in_ids), in_facts))
-        self.facts.update(zip(out_ids, out_facts))
+        self.facts.update(zip(out_ids, self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])))
+        self._note_alias(op, in_ids, out_ids)
         self.stats.inserted += 1
         self._bin_attrs(op)
         self.bin_placeholders(new_ids)
@@ -302,7 +311,11 @@ class GraphGenerator:
             self.stats.no_match += 1
             return False
         in_facts = [self._facts_of(i) for i in new_ids]
-        made = value_facts(op, in_facts, [outs[0].dtype], makes_fixed(op, new_ids, in_facts))[0]
+        if hopeless(op, in_facts):  # lgamma of a fresh bool placeholder
+            self._forget(new_ids)
+            self.stats.no_match += 1
+            return False
+        made = self._node_facts(op, new_ids, in_facts, [outs[0].dtype])[0]
         facts_after = self._facts_with(target.id, made) if made != self._facts_of(target.id) else self.facts
         if facts_after is None:  # the new facts would leave a vulnerable op downstream no finite value
             self._forget(new_ids)
@@ -319,6 +332,7 @@ class GraphGenerator:
         target.weight_hint = False
         self.facts = facts_after
         self.nodes.insert(0, _Node(self._new_id(), op, new_ids, [target.id]))
+        self._note_alias(op, new_ids, [target.id])
         self.stats.inserted += 1
         self._bin_attrs(op)
         self.bin_placeholders(new_ids)
@@ -330,7 +344,7 @@ class GraphGenerator:
         res = self._check(wall_s=30 * self.CHECK_WALL_S)
         if res != z3.sat:  # only satisfiable states are kept, so only a pathological timeout lands here
             raise RuntimeError(f"generator state became {res}")
-        model = self.solver.model()
+        model = self._avoid_size_one_doom(self.solver.model())
         graph = Graph()
         for v in self.vals.values():
             graph.values[v.id] = Value(v.id, v.t.dtype, v.t.concretise(model))
@@ -351,6 +365,103 @@ class GraphGenerator:
             graph.outputs = list(graph.inputs)
         return Generated(graph, self.stats, onnx_ok, (time.perf_counter() - t0) * 1000.0, self.cfg.seed, self.cfg)
 
+    # -- facts known once shapes are solved ------------------------------------------------
+    SIZE_ONE_ROUNDS = 3
+
+    def _avoid_size_one_doom(self, model: z3.ModelRef) -> z3.ModelRef:
+        """A model where no vulnerable op is hopeless for want of a dim of size 2.
+
+        Some results are constant only at solved sizes (softmax over a dim of size 1 is 1, argsort
+        along it is 0), which insertion, working on symbolic shapes, cannot see. Each round blocks
+        the size-1 extents upstream of a hopeless op and solves again; if that is unsat (the size
+        is forced) the last model stands: generation never fails for this."""
+        blocks: list[z3.BoolRef] = []
+        for _ in range(self.SIZE_ONE_ROUNDS):
+            block = self._size_one_block(model)
+            if block is None:
+                return model
+            blocks.append(block)
+            better = self._solve_with(blocks)
+            if better is None:
+                return model
+            model = better
+        return model
+
+    def _solve_with(self, extra: list[z3.BoolRef]) -> z3.ModelRef | None:
+        """A model of everything so far plus `extra`; binning buckets (which often pin a dim to 1)
+        give way where they conflict with `extra`. None if there is none."""
+        self.solver.push()
+        self.solver.add(*extra)
+        try:
+            if self._check(wall_s=self.CHECK_WALL_S) == z3.sat:
+                return self.solver.model()
+        finally:
+            self.solver.pop()
+        relaxed = z3.Solver()
+        relaxed.set("random_seed", self.cfg.seed % (2**31))
+        relaxed.set("rlimit", 10 * self.CHECK_RLIMIT)
+        relaxed.add(*self._hard, *extra)
+        keep = [z3.Bool(f"bin!{i}") for i in range(len(self._bins))]
+        relaxed.add(*[z3.Implies(k, z3.And(b)) for k, b in zip(keep, self._bins)])
+        for _ in range(4):
+            res = self._check(wall_s=self.CHECK_WALL_S, solver=relaxed, assumptions=keep)
+            if res == z3.sat:
+                return relaxed.model()
+            core = {c.get_id() for c in relaxed.unsat_core()} if res == z3.unsat else set()
+            if not core:
+                return None
+            keep = [k for k in keep if k.get_id() not in core]
+        return None
+
+    def _size_one_block(self, model: z3.ModelRef) -> z3.BoolRef | None:
+        """A constraint that lifts some size-1 extent feeding a vulnerable op that the solved sizes
+        make hopeless, or None when there is none (or no such extent can change)."""
+        ones: dict[int, tuple[_Node, dict, list[int]]] = {}  # node id -> (node, concrete attrs, axes)
+        for n in self.nodes:
+            if n.spec.name not in SIZE_ONE_OPS:
+                continue
+            attrs = {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in n.spec.attrs.items()}
+            axes = along_axes(n.spec, attrs)
+            shape = self.vals[n.inputs[0]].t.concretise(model)
+            if axes is not None and all(shape[ax] == 1 for ax in axes):
+                ones[n.id] = (n, attrs, axes)
+        if not ones:
+            return None
+        facts: dict[int, Facts] = {}
+        made_by: dict[int, _Node] = {}
+        doomed: list[_Node] = []
+        for n in self.nodes:
+            ins = [self._facts_of(i, facts) for i in n.inputs]
+            if hopeless(n.spec, ins):
+                doomed.append(n)
+            concrete = None
+            if n.id in ones:
+                concrete = Concrete((tuple(self.vals[n.inputs[0]].t.concretise(model)),), ones[n.id][1])
+            dts = [self.vals[o].t.dtype for o in n.outputs]
+            facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts, concrete)))
+            made_by.update((o, n) for o in n.outputs)
+        lifts: list[z3.BoolRef] = []
+        seen: set[int] = set()
+        stack = [i for n in doomed for i in n.inputs]
+        while stack:  # the size-1 nodes upstream of the doomed ops
+            n = made_by.get(stack.pop())
+            if n is None or n.id in seen:
+                continue
+            seen.add(n.id)
+            stack.extend(n.inputs)
+            if n.id in ones:
+                lifts += self._lift_size_one(n, *ones[n.id][1:])
+        return z3.Or(lifts) if lifts else None
+
+    def _lift_size_one(self, n: _Node, attrs: dict, axes: list[int]) -> list[z3.BoolRef]:
+        """Ways for node `n` to stop working along extents of size 1: one of them grows (for a
+        solver-chosen dim, the extent along whichever dim it picks)."""
+        shape = self.vals[n.inputs[0]].t.shape
+        dim = n.spec.attrs.get("dim")
+        if isinstance(dim, z3.ArithRef) and shape:
+            return [pick(shape, norm_dim(dim, len(shape))) >= 2]
+        return [shape[ax] >= 2 for ax in axes if not isinstance(shape[ax], int)]
+
     # -- internals ----------------------------------------------------------------------
     def _facts_of(self, vid: int, facts: dict[int, Facts] | None = None) -> Facts:
         f = (self.facts if facts is None else facts).get(vid)
@@ -366,8 +477,27 @@ class GraphGenerator:
             if hopeless(n.spec, ins):
                 return None
             dts = [self.vals[o].t.dtype for o in n.outputs]
-            facts.update(zip(n.outputs, value_facts(n.spec, ins, dts, makes_fixed(n.spec, n.inputs, ins))))
+            facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts)))
         return facts
+
+    def _canon(self, vid: int) -> int:
+        while vid in self.alias:
+            vid = self.alias[vid]
+        return vid
+
+    def _node_facts(self, op: OpSpec, in_ids: list[int], ins: list[Facts], out_dtypes: list[str],
+                    concrete: Concrete | None = None) -> list[Facts]:
+        canon = [self._canon(i) for i in in_ids]
+        same = len(canon) == 2 and canon[0] == canon[1]
+        if concrete is None and op.name in SIZE_ONE_OPS:  # sizes known before solving (rank 0, keepdim's 1)
+            concrete = Concrete((tuple(self.vals[in_ids[0]].t.shape),), op.attrs)
+        return value_facts(op, ins, out_dtypes, makes_fixed(op, canon, ins), same_operands=same, concrete=concrete)
+
+    def _note_alias(self, op: OpSpec, in_ids: list[int], out_ids: list[int]) -> None:
+        canon = [self._canon(i) for i in in_ids]
+        pos = same_values_as(op, canon) if len(out_ids) == 1 else None
+        if pos is not None:
+            self.alias[out_ids[0]] = canon[pos]
 
     def _new_id(self) -> int:
         self.next_id += 1
@@ -405,7 +535,7 @@ class GraphGenerator:
     # so a model never hangs (only such pathological queries become timing-dependent).
     CHECK_WALL_S = 2.0
 
-    def _check_push(self, cons: list) -> bool:
+    def _check_push(self, cons: list, is_bin: bool = False) -> bool:
         self.solver.push()
         self.solver.add(*cons)
         t = time.perf_counter()
@@ -413,12 +543,18 @@ class GraphGenerator:
         self.stats.solver_ms += (time.perf_counter() - t) * 1000
         if not ok:
             self.solver.pop()
+        elif is_bin:
+            self._bins.append(cons)
+        else:
+            self._hard += cons
         return ok
 
-    def _check(self, wall_s: float | None = None) -> z3.CheckSatResult:
-        _WATCHDOG.arm(self.solver.ctx, wall_s or self.CHECK_WALL_S)
+    def _check(self, wall_s: float | None = None, solver: z3.Solver | None = None,
+               assumptions: list[z3.BoolRef] = ()) -> z3.CheckSatResult:
+        solver = self.solver if solver is None else solver
+        _WATCHDOG.arm(solver.ctx, wall_s or self.CHECK_WALL_S)
         try:
-            res = self.solver.check()
+            res = solver.check(*assumptions)
         finally:
             _WATCHDOG.disarm()
         if res == z3.unknown:
@@ -433,7 +569,8 @@ class GraphGenerator:
         a, b = self.rng.choice(buckets)
         aim = self.rng.randint(max(a, lo), b) if b > max(a, lo) else None
         mag = z3.If(e >= 0, e, -e)
-        if (aim is not None and self._check_push([mag == aim])) or self._check_push([mag >= a, mag <= b]):
+        tries = ([[mag == aim]] if aim is not None else []) + [[mag >= a, mag <= b]]
+        if any(self._check_push(cons, is_bin=True) for cons in tries):
             self.stats.bins_kept += 1
         else:
             self.stats.bins_dropped += 1

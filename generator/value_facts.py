@@ -9,8 +9,8 @@ a training-mode batch_norm, rsqrt(x - x)) is non-finite whatever the inputs, so 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 from nnforge.core.dtypes import is_float
 from nnforge.generator.spec import OpSpec
@@ -25,6 +25,13 @@ _FIXED_RESULT = frozenset({"isinf", "isnan", "isposinf", "isneginf", "isfinite",
 _SELF_CANCELLING = frozenset({"sub", "fmod", "remainder", "bitwise_xor", "logical_xor",
                               "eq", "ne", "gt", "ge", "lt", "le", "isclose"})
 _DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1}
+# What a self-cancelling op gives on one value twice (on finite values; x % x is NaN at 0 only).
+_SELF_CANCELLED_VALUE = {"sub": 0.0, "fmod": 0.0, "remainder": 0.0, "bitwise_xor": 0.0, "logical_xor": 0.0,
+                         "eq": 1.0, "ne": 0.0, "gt": 0.0, "ge": 1.0, "lt": 0.0, "le": 1.0, "isclose": 1.0}
+# Ops that return one input's values unchanged (same shape, same order): the engine tracks such
+# aliases, so that fmod(x, positive(x)) cancels like fmod(x, x). Dropout specs are eval-mode only.
+_IDENTITY = frozenset({"positive", "contiguous", "dropout"})
+_SAME_OF_TWO = frozenset({"maximum", "minimum", "fmax", "fmin"})  # op(x, x) is x
 
 
 # -- value facts ---------------------------------------------------------------------------
@@ -83,6 +90,10 @@ _DECREASING = {"neg": lambda x: -x, "erfc": math.erfc}
 # Bounded results of unbounded operands that approach their bounds only asymptotically.
 # (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
 _SATURATING = frozenset({"tanh", "sigmoid", "erf", "erfc", "atan", "softsign", "logsigmoid"})
+# What each saturating op tends to at -inf and +inf: a result bound equal to one of these is met
+# only in saturation, however far the operand reaches (tanh of a uint8 is 1.0 only from ~9 on).
+_ASYMPTOTES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "erf": (-1.0, 1.0), "erfc": (2.0, 0.0),
+               "atan": (-math.pi / 2, math.pi / 2), "softsign": (-1.0, 1.0), "logsigmoid": (-INF, 0.0)}
 # Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
 _STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
                      "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
@@ -201,10 +212,11 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
 
 def _limit(name: str, bound: float, was_limit: bool, result: float, infinite: float) -> bool:
     """Whether a result bound is a limit: the image of an operand's limit under a strictly
-    monotone op (or left unchanged), or what a saturating op tends to on an unbounded operand."""
+    monotone op (or left unchanged), or what a saturating op tends to (on an unbounded operand,
+    or on a bounded one whose bound is far enough out that the result rounds to the asymptote)."""
     if not math.isfinite(result):
         return False
-    if bound == infinite:
+    if bound == infinite or result in _ASYMPTOTES.get(name, ()):
         return name in _SATURATING
     return was_limit and (name in _STRICT or result == bound)
 
@@ -269,15 +281,98 @@ def _hull(fs: list[Facts], with_zero: bool = False) -> Facts:
     return Facts(lo, hi, integral=all(f.integral for f in fs))
 
 
-def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool) -> list[Facts]:
-    """Facts of each output of `op` from its inputs' facts (Facts() where nothing is known)."""
+def same_values_as(op: OpSpec, inputs: list[int]) -> int | None:
+    """The input position whose values `op`'s (only) output repeats exactly, in the same shape and
+    order, or None. `inputs` are the operands' canonical ids (aliases resolved)."""
+    name, a, sigs = op.name, op.attrs, op.in_sigs
+    if name in _IDENTITY or (name == "pad" and a.get("k") == 0):  # F.pad(x, ()) pads nothing
+        return 0
+    if name.startswith("to_") and sigs[0][0] == name[3:]:  # a cast to the dtype it already has
+        return 0
+    if name == "type_as" and sigs[0][0] == sigs[1][0]:
+        return 0
+    if name in _SAME_OF_TWO and len(inputs) == 2 and inputs[0] == inputs[1]:
+        return 0
+    return None
+
+
+def _is_index_output(op: OpSpec, pos: int) -> bool:
+    name = op.name
+    return (pos == 1 and name in _INDEX_AT_1) or name == "argmax_argmin" or (
+        name == "sort" and op.attrs.get("fn") == "argsort")
+
+
+# -- facts known once shapes are solved ------------------------------------------------------
+# Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
+# log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
+SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
+                          "kthvalue", "topk", "cummax_cummin"})
+
+
+@dataclass(frozen=True)
+class Concrete:
+    """An op instance's input shapes and attribute values once solved; before solving, the same
+    with the solver's terms in it (a rank-0 input, or a dim that is the literal 1 of a keepdim
+    reduction, is size one already)."""
+
+    in_shapes: tuple[tuple[Any, ...], ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _is_one(d: Any) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
+    """The axes of input 0 that a SIZE_ONE_OPS op works along, from concrete attributes (a rank-0
+    input has none: its one element is the whole extent); None for other ops."""
+    if op.name not in SIZE_ONE_OPS:
+        return None
+    rank = op.in_sigs[0][1]
+    if rank == 0:
+        return []
+    if op.name == "topk" and attrs.get("default_dim"):
+        return [rank - 1]
+    dim = attrs.get("dim")
+    if dim is None:
+        return list(range(rank))
+    dims = (dim,) if isinstance(dim, int) else dim
+    if not isinstance(dims, tuple) or not all(isinstance(d, int) for d in dims):
+        return None  # a dim the solver has not chosen yet
+    return sorted({d + rank if d < 0 else d for d in dims})
+
+
+def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete) -> Facts | None:
+    """The constant result of a SIZE_ONE_OPS op along extents of size 1, or None."""
+    axes = along_axes(op, concrete.attrs)
+    if axes is None or not all(_is_one(concrete.in_shapes[0][ax]) for ax in axes):
+        return None
+    if op.name == "softmax":
+        return Facts(1.0, 1.0, integral=True, fixed=True)
+    if op.name == "log_softmax" or _is_index_output(op, pos):
+        return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
+    return None
+
+
+def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool, *,
+                same_operands: bool = False, concrete: Concrete | None = None) -> list[Facts]:
+    """Facts of each output of `op` from its inputs' facts (Facts() where nothing is known).
+
+    `same_operands`: the two operands are one value (see `same_values_as`). `concrete`: the
+    solved shapes and attributes, which make a few more results constant (`SIZE_ONE_OPS`).
+    """
     name = op.name
     outs: list[Facts] = []
     for pos, dt in enumerate(out_dtypes):
         base = dtype_facts(dt)
-        f: Facts | None = None
-        if (pos == 1 and name in _INDEX_AT_1) or name == "argmax_argmin" or (
-                name == "sort" and op.attrs.get("fn") == "argsort"):
+        f: Facts | None = _size_one_facts(op, pos, concrete) if concrete is not None else None
+        constant = f is not None  # fixed whatever the inputs, though they are not
+        if constant:
+            pass
+        elif same_operands and _self_cancels(op):
+            v = _SELF_CANCELLED_VALUE[name]
+            f = Facts(v, v, integral=True, zero=v == 0)
+        elif _is_index_output(op, pos):
             f = _INDEX
         elif name in _CLASS_TEST_VALUE:  # on finite values (all value search accepts)
             v = _CLASS_TEST_VALUE[name]
@@ -327,13 +422,14 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _unary_facts(op, ins[0])
         f = base if f is None else f
         if f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
-            f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit)
+            f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
+                      f.fixed)
         if f.lo > f.hi:  # facts that contradict each other are wrong somewhere: know nothing
             f = base
-        if fixed != f.fixed:
-            f = Facts(f.lo, f.hi, f.integral or base.integral, f.zero, f.centered, f.unit, fixed)
+        if fixed != f.fixed and not constant:
+            f = replace(f, integral=f.integral or base.integral, fixed=fixed)
         elif base.integral and not f.integral:
-            f = Facts(f.lo, f.hi, True, f.zero, f.centered, f.unit, f.fixed)
+            f = replace(f, integral=True)
         outs.append(f)
     return outs
 
@@ -392,18 +488,44 @@ def _never_finite(name: str, f: Facts) -> bool:
     return False
 
 
+def _self_cancels(op: OpSpec) -> bool:
+    return op.name in _SELF_CANCELLING and op.attrs.get("alpha") in (None, 1)
+
+
 def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
+    """Whether `op`'s results are the same whatever the inputs. `inputs` are canonical ids (the
+    engine resolves aliases, see `same_values_as`), so that x - positive(x) cancels too."""
     if op.name in _FIXED_RESULT:
         return True
-    if (op.name in _SELF_CANCELLING and len(inputs) == 2 and inputs[0] == inputs[1]
-            and op.attrs.get("alpha") in (None, 1)):
+    if len(inputs) == 2 and inputs[0] == inputs[1] and _self_cancels(op):
         return True
     return bool(ins) and all(f.fixed for f in ins)
 
 
+def _running_var_at(op: type[OpSpec] | OpSpec) -> int | None:
+    """Where the running variance is, for a norm instance that divides by sqrt(var + eps) with it
+    (batch_norm in eval mode, instance_norm without input statistics); None otherwise."""
+    a, k = getattr(op, "attrs", None), len(getattr(op, "in_sigs", ()))
+    if a is None or a.get("eps") is None:
+        return None
+    if op.name == "batch_norm" and not a.get("training") and k >= 3:
+        return 2
+    if op.name == "instance_norm" and not a.get("use_input_stats") and a.get("layout") in ("stats", "both"):
+        return 2
+    return None
+
+
+def _variance_never_positive(f: Facts, eps: float) -> bool:
+    """var + eps <= 0 in practice: var is below -eps, or is negative with 0 met only in saturation
+    (logsigmoid(w)) and eps too small for var to land in (-eps, 0) short of saturation."""
+    hi = _practical(f)[1]
+    return hi <= -eps or (f.hi_limit and hi <= 0 and eps <= 1e-3)
+
+
 def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
     """A vulnerable op that no value makes finite: all its operands (or its divisor) fixed by the
-    graph, a divisor that holds a 0, or an operand whose facts lie outside the op's domain."""
+    graph, a divisor that holds a 0, a running variance that is never above -eps, or an operand
+    whose facts lie outside the op's domain."""
     if not op.vulnerable or not ins:
         return False
     if all(f.fixed for f in ins):
@@ -413,6 +535,9 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
         d = ins[pos]
         if d.fixed or d.zero or _practical(d) == (0, 0):
             return True
+    var_at = _running_var_at(op)
+    if var_at is not None and var_at < len(ins) and _variance_never_positive(ins[var_at], op.attrs["eps"]):
+        return True
     if op.name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
         return False  # clamped into the domain
     return op.name in _DOMAIN and _never_finite(op.name, ins[0])

@@ -214,3 +214,92 @@ def test_bounds_met_only_in_saturation_or_fixed_by_a_scalar_doom_the_op():
             assert gen.insert_forward(ops["digamma"], [n.outputs[0]]) != minus_one
             kinds.add(minus_one)
     assert kinds == {True, False}
+
+
+def test_backward_insertion_does_not_build_an_op_its_fresh_inputs_doom():
+    from nnforge.generator.spec import all_ops
+
+    kept, tried = set(), 0
+    for seed in range(40):  # lgamma's input dtype is drawn; lgamma of a bool is a pole or lgamma(1) = 0
+        gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=seed))
+        gen.add_placeholder(("float32", 2))
+        tried += 1
+        if gen.insert_backward(all_ops()["lgamma"]):
+            kept.add(gen.vals[gen.nodes[0].inputs[0]].t.dtype)
+    assert "bool" not in kept and {"float32", "int64"} <= kept, (kept, tried)
+
+
+def test_ops_that_return_their_input_unchanged_are_seen_through_by_self_cancelling_ops():
+    gen, ops, x, out_of = _one_input_generator()
+
+    same = out_of("dropout", out_of("contiguous", out_of("positive", x)))
+    same = out_of("maximum", same, same)  # max(y, y) is y
+    zero = out_of("fmod", x, same)  # x % x: 0 wherever finite
+    assert gen.facts[zero].fixed and gen.facts[zero].lo == gen.facts[zero].hi == 0
+    assert not gen.insert_forward(ops["reciprocal"], [zero]) and not gen.insert_forward(ops["log"], [zero])
+    other = out_of("fmod", x, out_of("exp", x))  # a different divisor: nothing cancels
+    assert not gen.facts[other].fixed and gen.insert_forward(ops["reciprocal"], [other])
+
+
+def test_saturating_op_on_a_bounded_operand_meets_its_asymptote_only_in_saturation():
+    gen, ops, _, out_of = _one_input_generator()
+    u8 = gen.add_placeholder(("uint8", 1))
+
+    t = out_of("tanh", u8)  # [0, tanh(255)] where tanh(255) rounds to 1: reached only by saturating
+    assert gen.facts[t].hi == 1 and gen.facts[t].hi_limit
+    assert not gen.insert_forward(ops["acosh"], [t])
+    assert gen.insert_forward(ops["acos"], [t]) and gen.insert_forward(ops["atanh"], [t])
+
+
+def test_normalising_by_a_running_variance_that_is_never_positive_is_not_built():
+    gen, ops, _, out_of = _one_input_generator()
+    x, mean, w = (gen.add_placeholder(("float32", r), bin_now=False) for r in (2, 1, 1))  # channels must match
+    below_zero = out_of("logsigmoid", w)  # < 0, and > -1e-3 only where logsigmoid saturates
+    positive = out_of("exp", w)
+    seen = set()
+    for seed in range(40):
+        gen.rng.seed(seed)
+        n = len(gen.nodes)
+        if not gen.insert_forward(ops["batch_norm"], [x, mean, below_zero]):
+            continue
+        a = gen.nodes[n].spec.attrs
+        seen.add(a["training"])
+        assert a["training"] or a["eps"] > 1e-3, a  # eval mode divides by sqrt(var + eps): NaN
+    assert seen == {True, False}
+    gen.rng.seed(0)
+    evals = 0
+    for seed in range(20):
+        gen.rng.seed(seed)
+        n = len(gen.nodes)
+        assert gen.insert_forward(ops["batch_norm"], [x, mean, positive])
+        evals += not gen.nodes[n].spec.attrs["training"]
+    assert evals
+
+
+def test_ops_along_a_solved_dim_of_size_one_do_not_doom_a_vulnerable_op():
+    gen, ops, _, out_of = _one_input_generator()
+    v, i = gen.add_placeholder(("float32", 1), bin_now=False), gen.add_placeholder(("int64", 2), bin_now=False)
+
+    # log_softmax over one element is 0, so acosh(-log_softmax) is acosh(0); symbolic shapes hide it
+    assert gen.insert_forward(ops["acosh"], [out_of("neg", out_of("log_softmax", v))])
+    while gen.nodes[-1].spec.name != "sort" or gen.nodes[-1].spec.attrs["fn"] != "argsort":
+        gen.rng.seed(len(gen.nodes))
+        assert gen.insert_forward(ops["sort"], [i])
+    axis = gen.nodes[-1].spec.attrs["dim"] % 2
+    assert gen.insert_forward(ops["atanh"], [out_of("cos", gen.nodes[-1].outputs[0])])  # argsort: 0, cos: 1
+    # over a rank-0 value the size is known before solving: the op is not built at all
+    s = gen.add_placeholder(("float32", 0))
+    assert not gen.insert_forward(ops["reciprocal"], [out_of("log_softmax", s)])
+
+    # binning buckets that pin the sizes to 1 give way: the sizes the ops work along grow
+    v_dim, i_dims = gen.vals[v].t.shape[0], gen.vals[i].t.shape
+    assert gen._check_push([v_dim == 1, i_dims[0] == 1, i_dims[1] == 1], is_bin=True)
+    g = gen.finish().graph
+    assert g.values[v].shape[0] >= 2 and g.values[i].shape[axis] >= 2, (g.values[v].shape, g.values[i].shape, axis)
+
+    # a size that cannot change keeps its model: generation never fails for this
+    gen2, ops2, _, out_of2 = _one_input_generator()
+    v2 = gen2.add_placeholder(("float32", 1), bin_now=False)
+    assert gen2.insert_forward(ops2["acosh"], [out_of2("neg", out_of2("log_softmax", v2))])
+    assert gen2._check_push([gen2.vals[v2].t.shape[0] == 1])  # a hard constraint, not a bucket
+    assert gen2.finish().graph.values[v2].shape == [1]
