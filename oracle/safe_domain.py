@@ -45,6 +45,19 @@ STRAIGHT_THROUGH = frozenset(
         "detach", "detach_copy",
     }
 )
+# Of those, the ones autograd has no derivative for at all (backward raises): their own result
+# is detached before the straight-through identity is added.
+NO_DERIVATIVE = frozenset({"heaviside", "floor_divide", "rfloor_divide"})
+# Monotone increasing operators whose true gradient vanishes on large regions: saturation
+# (tanh(20), sigmoid(-100), elu(-100)), or rounding in low precision (tanhshrink(0.02) is 0 in
+# bfloat16, and so is its gradient). Value search adds a small identity gradient to theirs, so
+# that a culprit downstream can still pull their operand the right way.
+MONOTONE_FLAT = frozenset(
+    {"tanhshrink", "tanh", "sigmoid", "erf", "softsign", "elu", "celu", "selu", "logsigmoid", "softplus",
+     "atan", "hardtanh", "hardsigmoid", "relu6"}
+)
+# The size of that identity gradient (relative to the operator's own, which is at most ~1).
+GRADIENT_FLOOR = 1e-2
 # Float -> integer casts: the integer result gets the float input as its shadow.
 INT_CASTS = frozenset({"to", "type", "long", "int", "short", "char", "byte"})
 # Comparisons: the boolean result gets a signed float shadow (positive where true).

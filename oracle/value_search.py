@@ -23,13 +23,16 @@ One iteration:
 3. when there is no usable gradient, the loss stops falling, or `max_descent` steps from one
    start have not succeeded (two culprits that undo each other's repairs), resample instead;
    a step after which an operator *before* the culprit fails (it overshot into another
-   operator's forbidden region) is taken back and retried at half the length.
+   operator's forbidden region) is taken back and retried with integer inputs held (if one of
+   them moved), else at half the length; steps double while the loss falls steadily but
+   slowly (the domain is far away: y must reach 57 for int8(y / 57) >= 1).
 
 Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
 of the inputs never change. Integer inputs (generated programs feed them straight into log,
 acos, division) are optimised too: a float master, rounded into the values' original range
 (widened when they are all equal, as a lone scalar's are), is what Adam moves; the operators
-see a float "shadow" equal to the integers, with the master's gradient. Shadows pass through
+see a float "shadow" equal to the integers, with the master's gradient (every integer result
+downstream gets one too, equal to its own values: `x ^ x` reads 0, not x). Shadows pass through
 integer-only operators too (bitwise ops and shifts move with their operand, `~x` as `-x - 1`),
 through zero-gradient ones (sign, clamp) straight through, and through operators with several
 results (cummax, sort). Integer inputs are resampled from sub-ranges that domains favour
@@ -50,7 +53,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
-from nnforge.oracle.safe_domain import COMPARISONS, INT_CASTS, STRAIGHT_THROUGH, hinge_for, op_info, repair_loss
+from nnforge.oracle.safe_domain import (
+    COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, STRAIGHT_THROUGH, hinge_for, op_info,
+    repair_loss,
+)
 
 # Integer-only operators: the float proxy through which a gradient reaches their operand (the
 # first one with a shadow). Roughly monotone stand-ins; exactness does not matter, direction does.
@@ -163,6 +169,15 @@ def _dtype_of(obj: Any) -> torch.dtype:
     return torch.float32
 
 
+def _valued(proxy: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """An integer result's shadow: `out`'s own values (what a domain loss must judge: `x ^ x`
+    is 0, `int8(0.7)` is 0) carrying `proxy`'s gradient. Boolean results keep their signed
+    distance (positive where true), which says how far a comparison is from flipping."""
+    if out.dtype == torch.bool or proxy.shape != out.shape:
+        return proxy
+    return proxy + (out.to(proxy.dtype) - proxy).detach()
+
+
 class _StraightThrough(torch.autograd.Function):
     """Returns `value` unchanged; its gradient goes to `proxy` as if the op were the identity."""
 
@@ -272,12 +287,20 @@ class _Interceptor(TorchFunctionMode):
             x = args[0] if args else None
             if _grad_float(x) and _broadcastable_to(x.shape, out.shape):
                 out = _StraightThrough.apply(out.detach(), x)
+            elif name in NO_DERIVATIVE:
+                out = out.detach()  # no gradient beats a backward that raises
+            if name in MONOTONE_FLAT and out.requires_grad and _grad_float(x) and x.shape == out.shape:
+                out = out + GRADIENT_FLOOR * (x - x.detach()).to(out.dtype)
+        elif name in MONOTONE_FLAT and out.is_floating_point():
+            x = args[0] if args else None
+            if _grad_float(x) and x.shape == out.shape:
+                out = out + GRADIENT_FLOOR * (x - x.detach()).to(out.dtype)
         elif name in INT_CASTS and not out.is_floating_point():
             x = args[0] if args else None
             if _grad_float(x) and x.shape == out.shape:
-                self.shadows[id(out)] = (out, x)
+                self.shadows[id(out)] = (out, _valued(x, out))
             elif (sx := self._shadow_of(x)) is not None and sx.shape == out.shape:
-                self.shadows.setdefault(id(out), (out, sx))  # integer to integer: the same shadow
+                self.shadows.setdefault(id(out), (out, _valued(sx, out)))  # integer to integer
         elif name in COMPARISONS and out.dtype == torch.bool:
             a = args[0] if args else None
             b = args[1] if len(args) > 1 else kwargs.get("other")
@@ -347,7 +370,7 @@ class _Interceptor(TorchFunctionMode):
             if o.is_floating_point():
                 new[k] = _StraightThrough.apply(o.detach(), p)
             else:
-                self.shadows[id(o)] = (o, p)
+                self.shadows[id(o)] = (o, _valued(p, o))
         if all(a is b for a, b in zip(new, out)):
             return out
         try:
@@ -378,15 +401,19 @@ class _Interceptor(TorchFunctionMode):
                 return out
         if not (isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad):
             return out
+        name = op_info(func).name
         first = flat[0] if flat else None
-        if op_info(func).name in STRAIGHT_THROUGH and _grad_float(first) and _broadcastable_to(first.shape, proxy.shape):
-            # sign(~x) moves with x; the op's own gradient stays (clamp(x, max=m) reaches m)
-            proxy = proxy + (first - first.detach())
+        if name in STRAIGHT_THROUGH and _grad_float(first) and _broadcastable_to(first.shape, proxy.shape):
+            # sign(~x) moves with x; the op's own gradient stays (clamp(x, max=m) reaches m),
+            # unless autograd has none (heaviside(x, v): its backward would raise)
+            proxy = (proxy.detach() if name in NO_DERIVATIVE else proxy) + (first - first.detach())
+        elif name in NO_DERIVATIVE:
+            return out
         if out.is_floating_point():
             if _broadcastable_to(proxy.shape, out.shape):
                 return _StraightThrough.apply(out.detach(), proxy)
         elif proxy.shape == out.shape:
-            self.shadows[id(out)] = (out, proxy)
+            self.shadows[id(out)] = (out, _valued(proxy, out))
         return out
 
 
@@ -568,7 +595,7 @@ class ValueSearch:
     def __init__(
         self,
         budget_ms: float = 200.0,
-        max_iters: int = 200,
+        max_iters: int = 1000,
         seed: int = 0,
         lr: float = 0.2,
         patience: int = 12,
@@ -699,7 +726,9 @@ class _Run:
 
     # -- changing values
 
-    def _gradient_step(self, loss: torch.Tensor | None) -> bool:
+    def _gradient_step(self, loss: torch.Tensor | None, freeze_ints: bool = False) -> bool:
+        """One Adam step on `loss`; `freeze_ints`: integer inputs stay where they are (their
+        one-unit steps overshot, see `_search`). False when no gradient reached any value."""
         if loss is None or not self.slots or not loss.requires_grad or not bool(torch.isfinite(loss)):
             return False
         for s in self.slots:
@@ -715,6 +744,9 @@ class _Run:
             if g is None:
                 continue
             s.work.grad = None
+            if freeze_ints and s.bounds is not None:
+                s.master.grad = None
+                continue
             g = g.to(s.master.dtype) if g.dtype != s.master.dtype else g.clone()
             s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6)  # sqrt(0)'s infinite slope, say
             grads.append(g)
@@ -724,6 +756,11 @@ class _Run:
         self._sync()
         self.gradient_steps += 1
         return True
+
+    def _ints_moved(self, before: list[torch.Tensor]) -> bool:
+        """Whether some integer input's value differs from what master values `before` give."""
+        return any(s.bounds is not None and not torch.equal(s.work.to(b.dtype), b.round().clamp(s.bounds[0], s.bounds[1]))
+                   for s, b in zip(self.slots, before))
 
     def _sync(self) -> None:
         with torch.no_grad():
@@ -862,6 +899,9 @@ class _Run:
         iterations = 0
         use_grad = True
         last_key, best, stall, descent = None, math.inf, 0, 0
+        previous = math.inf  # the loss before the last step (same culprit), for the step length
+        calm = 0  # steps in a row after which that loss did not rise
+        frozen_at = None  # culprit key at which integer inputs stopped moving (see below)
         undo: tuple[int, list[torch.Tensor]] | None = None  # (reach, values) before the last step
         # The budget starts after the first (checking) run: it pays one-off costs such as the
         # first call of an operator in this process, which are not the search's doing.
@@ -879,14 +919,23 @@ class _Run:
                 if check.error is None and check.culprit is None:
                     return self._finish(True, None, iterations, initially_finite=False)
                 outcome = check
-            if undo is not None and _reach(outcome) < undo[0] and self.adam.scale > MIN_STEP_SCALE:
+            if undo is not None and _reach(outcome) < undo[0]:
                 # The last step broke an operator that ran before the culprit it repaired (it
-                # overshot into another's domain): take it back and try a shorter one.
-                self._restore(undo[1])
-                self.adam.scale *= 0.5
-                undo = None
-                iterations += 1
-                continue
+                # overshot into another's domain): take it back. If an integer input moved, try
+                # again with integers held (their unit steps are coarse: acosh(y - acos(i)) must
+                # not move i off 1); else try a shorter step.
+                retry = frozen_at != undo[2] and self._ints_moved(undo[1])
+                if retry:
+                    frozen_at = undo[2]
+                elif self.adam.scale > MIN_STEP_SCALE:
+                    retry = True
+                    self.adam.scale = min(self.adam.scale, 1.0) * 0.5
+                if retry:
+                    self._restore(undo[1])
+                    undo = None
+                    previous = math.inf  # the same loss comes back: no reason to lengthen steps
+                    iterations += 1
+                    continue
             if outcome.culprit is not None:
                 culprit = outcome.culprit
                 last = outcome
@@ -896,23 +945,32 @@ class _Run:
                 culprit = outcome.error
                 last = outcome
             stepped = False
-            undo = (_reach(outcome), [s.master.detach().clone() for s in self.slots]) if use_grad else None
+            undo = ((_reach(outcome), [s.master.detach().clone() for s in self.slots], outcome.key)
+                    if use_grad else None)
             if use_grad and outcome.loss is not None:
                 value = float(outcome.loss.detach())
                 if outcome.key == last_key and not value < best * 0.999:
                     stall += 1
                 else:
                     stall = 0
+                if outcome.key == last_key and value <= previous:
+                    calm += 1
+                    if calm >= STEP_GROWTH_AFTER and value > previous * (1.0 - STEP_GROWTH_BELOW):
+                        self.adam.scale = min(self.adam.scale * 2.0, MAX_STEP_SCALE)
+                else:
+                    calm = 0
+                    self.adam.scale = min(self.adam.scale, 1.0)
+                previous = value
                 best = value if outcome.key != last_key else min(best, value)
                 last_key = outcome.key
                 if stall < cfg.patience and descent < cfg.max_descent:
-                    stepped = self._gradient_step(outcome.loss)
+                    stepped = self._gradient_step(outcome.loss, freeze_ints=frozen_at == outcome.key)
             if stepped:
                 descent += 1
             else:
                 undo = None
                 self._sample()
-                stall, last_key, best, descent = 0, None, math.inf, 0
+                stall, last_key, best, descent, previous, frozen_at, calm = 0, None, math.inf, 0, math.inf, None, 0
                 # The sweep costs a run per sub-range and discrete input: where a gradient
                 # reached the culprit, give plain draws a turn in between.
                 if (outcome.loss_kind == "none" or self.samples % 2 == 0) and self._sweep(deadline):
@@ -983,6 +1041,15 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 # The shortest step, as a share of the learning rate, that backtracking tries.
 MIN_STEP_SCALE = 1.0 / 16
+# The longest: a step doubles while the culprit's loss steadily falls by less than
+# STEP_GROWTH_BELOW of itself (the values are far from the domain: digamma(int8(x)) needs x >= 1 where x ~ y / 57, so
+# y must travel from ~1 to 57, some 300 steps of the base length), and is back to the base
+# length when the loss rises.
+MAX_STEP_SCALE = 64.0
+STEP_GROWTH_BELOW = 0.1
+STEP_GROWTH_AFTER = 2  # steps in a row without a rise before the first doubling
+# Integer inputs move about a unit a step; longer steps would jump over the few values that work.
+INT_MAX_SCALE = 2.0
 
 
 def _reach(outcome: _Outcome) -> int:
@@ -1015,6 +1082,7 @@ class _Adam:
         self.b1, self.b2 = betas
         self.eps = eps
         self.lrs = []
+        self.fixed = [f is not None for f in (fixed_lrs or [None] * len(params))]
         for p, fixed in zip(params, fixed_lrs or [None] * len(params)):
             if fixed is not None:
                 self.lrs.append(fixed)
@@ -1024,7 +1092,7 @@ class _Adam:
         self.reset()
 
     def reset(self) -> None:
-        self.scale = 1.0  # shrinks when a step overshoots (see _Run._search)
+        self.scale = 1.0  # shrinks when a step overshoots, grows while steps are short (_Run._search)
         self.t = 0
         self.m = [None] * len(self.params)
         self.v = [None] * len(self.params)
@@ -1045,7 +1113,8 @@ class _Adam:
             gs.append(p.grad)
             ms.append(self.m[i])
             vs.append(self.v[i])
-            steps.append(-self.lrs[i] * self.scale / c1)
+            scale = min(self.scale, INT_MAX_SCALE) if self.fixed[i] else self.scale
+            steps.append(-self.lrs[i] * scale / c1)
         if not ps:
             return
         # One fused call per formula line rather than one kernel per tensor.

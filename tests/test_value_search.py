@@ -476,3 +476,75 @@ def test_a_step_that_breaks_an_earlier_operator_is_taken_back_and_shortened():
     inputs = (torch.linspace(20.0, 60.0, 64),)
     res = ValueSearch(**SEARCH).run(Window(), inputs)
     assert_repaired(Window(), inputs, res)
+
+
+def test_flat_gradient_of_tanhshrink_in_bfloat16_gets_an_identity_floor():
+    # tanhshrink(x) = x - tanh(x) rounds to 0 in bfloat16 for |x| < ~0.05, and so does its
+    # gradient: rsqrt needs x clearly positive, i.e. w clearly negative, which only a floor
+    # under that gradient reaches (no sampling range gives all 12 the same sign)
+    class RsqrtTanhshrink(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.full((12,), 0.01, dtype=torch.bfloat16))
+
+        def forward(self, x):
+            return x * torch.rsqrt(F.tanhshrink(self.w / -2.5))
+
+    model, inputs = RsqrtTanhshrink(), (torch.ones(12, dtype=torch.bfloat16),)
+    res = ValueSearch(**SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert bool((model.w < 0).all()) and model.w.dtype == torch.bfloat16
+
+
+def test_integer_shadow_carries_the_integer_values_not_the_float_ones():
+    # digamma(int8(x)) for x in (0, 1): the cast gives 0, digamma's pole. A shadow equal to x
+    # (0.3, well off any pole) would hide that; the shadow must read 0 and push x up to 1
+    class DigammaOfInt8(nn.Module):
+        def forward(self, x):
+            return torch.digamma(x.to(torch.int8))
+
+    inputs = (torch.linspace(0.05, 0.9, 16),)
+    res = ValueSearch(**SEARCH).run(DigammaOfInt8(), inputs)
+    assert_repaired(DigammaOfInt8(), inputs, res)
+    assert bool((res.inputs[0] >= 1).all()) and res.method == "gradient"
+
+
+def test_integer_op_without_derivative_passes_gradient_straight_through():
+    # heaviside has no autograd formula: its shadow must not be differentiated (the backward
+    # would raise and no step could be taken); log needs x >= 5 (heaviside(x, x) + x - 5 > 0),
+    # far above what integer draws over 64 elements give all at once
+    class HeavisideLog(nn.Module):
+        def forward(self, x):
+            return torch.log(torch.heaviside(x, x) + x - 5)
+
+    inputs = (torch.arange(-8, 8, dtype=torch.int32).repeat(4),)
+    res = ValueSearch(**SEARCH).run(HeavisideLog(), inputs)
+    assert_repaired(HeavisideLog(), inputs, res)
+    assert bool((res.inputs[0] >= 5).all())
+
+
+def test_integer_input_is_held_when_its_unit_step_breaks_an_earlier_operator():
+    # acosh(y - acos(i)): i = 1 is right (acos(1) = 0), y must rise above 1.05. The infinite
+    # slope of acos at 1 kicks i to 2 (acos NaN) on every step unless i is held while y moves
+    class AcoshMinusAcos(nn.Module):
+        def forward(self, i, y):
+            return torch.acosh(y - torch.acos(i))
+
+    inputs = (torch.tensor(1), torch.linspace(-0.9, 0.9, 24).to(torch.bfloat16))
+    res = ValueSearch(**SEARCH).run(AcoshMinusAcos(), inputs)
+    assert_repaired(AcoshMinusAcos(), inputs, res)
+    assert int(res.inputs[0]) == 1 and bool((res.inputs[1] >= 1.05).all())
+
+
+def test_steps_lengthen_when_the_domain_is_far_away():
+    # log(x - 60): x must travel from about 0 to 60, hundreds of steps of the base length
+    # (and far outside every sampling range); steps that double while the loss falls slowly get
+    # there in a few dozen
+    class FarLog(nn.Module):
+        def forward(self, x):
+            return torch.log(x - 60.0)
+
+    inputs = (torch.linspace(-1.0, 1.0, 8).to(torch.bfloat16),)
+    res = ValueSearch(**SEARCH).run(FarLog(), inputs)
+    assert_repaired(FarLog(), inputs, res)
+    assert res.iterations < 60
