@@ -28,3 +28,17 @@ def to_torch(dtype: str):
 
 def from_torch(dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+# Integer program inputs are drawn from these closed ranges (generator/materialize.py), and value
+# search moves an integer input within the range its values span, widened by INT_SEARCH_WIDEN
+# when they are (nearly) all equal (oracle/value_search.py `_int_bounds`). The generator's value
+# facts rely on both: an integer input stays within the range widened by INT_SEARCH_WIDEN.
+INPUT_INT_RANGES = {"uint8": (0, 15)}
+INPUT_INT_RANGE_DEFAULT = (-8, 8)
+INT_SEARCH_WIDEN = 8
+
+
+def input_int_range(dtype: str) -> tuple[int, int]:
+    """The closed range integer program inputs of `dtype` are drawn from."""
+    return INPUT_INT_RANGES.get(dtype, INPUT_INT_RANGE_DEFAULT)

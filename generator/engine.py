@@ -23,7 +23,7 @@ from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
-    SIZE_ONE_OPS, Concrete, Facts, along_axes, dtype_facts, hopeless, makes_fixed, same_values_as, value_facts,
+    SIZE_ONE_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, value_facts,
 )
 
 
@@ -465,7 +465,7 @@ class GraphGenerator:
     # -- internals ----------------------------------------------------------------------
     def _facts_of(self, vid: int, facts: dict[int, Facts] | None = None) -> Facts:
         f = (self.facts if facts is None else facts).get(vid)
-        return f if f is not None else dtype_facts(self.vals[vid].t.dtype)
+        return f if f is not None else placeholder_facts(self.vals[vid].t.dtype)
 
     def _facts_with(self, vid: int, made: Facts) -> dict[int, Facts] | None:
         """Every value's facts once placeholder `vid` gets facts `made` (nodes are in topological

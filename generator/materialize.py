@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from nnforge.core.dtypes import is_float, is_int
+from nnforge.core.dtypes import input_int_range, is_float, is_int
 from nnforge.generator.ir import Graph, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
 
@@ -34,9 +34,9 @@ def random_tensor_expr(v: Value) -> str:
         return f"torch.randn({shape}, dtype=torch.{v.dtype})"
     if v.dtype == "bool":
         return f"torch.randint(0, 2, {shape}).bool()"
-    lo, hi = (0, 16) if v.dtype == "uint8" else (-8, 9)
+    lo, hi = input_int_range(v.dtype)
     assert is_int(v.dtype), v.dtype
-    return f"torch.randint({lo}, {hi}, {shape}, dtype=torch.{v.dtype})"
+    return f"torch.randint({lo}, {hi + 1}, {shape}, dtype=torch.{v.dtype})"
 
 
 def node_line(graph: Graph, node_index: int) -> str:

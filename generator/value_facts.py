@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from nnforge.core.dtypes import is_float
+from nnforge.core.dtypes import INT_SEARCH_WIDEN, input_int_range, is_float
 from nnforge.generator.spec import OpSpec
 
 
@@ -24,7 +24,7 @@ from nnforge.generator.spec import OpSpec
 _FIXED_RESULT = frozenset({"isinf", "isnan", "isposinf", "isneginf", "isfinite", "isreal"})
 _SELF_CANCELLING = frozenset({"sub", "fmod", "remainder", "bitwise_xor", "logical_xor",
                               "eq", "ne", "gt", "ge", "lt", "le", "isclose"})
-_DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1}
+_DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1, "addcdiv": 2}
 # What a self-cancelling op gives on one value twice (on finite values; x % x is NaN at 0 only).
 _SELF_CANCELLED_VALUE = {"sub": 0.0, "fmod": 0.0, "remainder": 0.0, "bitwise_xor": 0.0, "logical_xor": 0.0,
                          "eq": 1.0, "ne": 0.0, "gt": 0.0, "ge": 1.0, "lt": 0.0, "le": 1.0, "isclose": 1.0}
@@ -55,6 +55,40 @@ class Facts:
     # float32): a domain that only this bound touches (acosh(tanh(x))) is out of reach in practice.
     lo_limit: bool = False
     hi_limit: bool = False
+    # Holds a value < 0 whatever the inputs: log_softmax over two or more elements (their
+    # probabilities sum to 1, so one is at most 1/2 and its log at most -0.69).
+    negative: bool = False
+    # Holds this very value (or may, where the graph leaves it open): a constant pad border.
+    holds: float | None = None
+
+
+def placeholder_facts(dtype: str) -> Facts:
+    """Facts of a leaf value. Integer leaves are program inputs drawn from INPUT_INT_RANGE, and
+    value search keeps them within the range they span, widened by INT_SEARCH_WIDEN at most."""
+    f = dtype_facts(dtype)
+    if dtype in ("bool",) or is_float(dtype):
+        return f
+    lo, hi = input_int_range(dtype)
+    return Facts(max(f.lo, lo - INT_SEARCH_WIDEN), min(f.hi, hi + INT_SEARCH_WIDEN), integral=True)
+
+
+_INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
+               "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
+def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
+    """A float -> integer cast truncates toward zero. int32/int64 conversions of values beyond
+    the range give the most negative integer (x86) or saturate (ARM): a bound inside the range
+    still holds on its side. Narrower targets wrap (through int32): only a range that fits."""
+    rng = _INT_RANGES.get(dtype)
+    if rng is None:
+        return None
+    lo_in, hi_in = rng[0] <= f.lo, f.hi <= rng[1]
+    if dtype not in ("int32", "int64") and not (lo_in and hi_in):
+        return None
+    lo = float(math.trunc(f.lo)) if lo_in else float(rng[0])
+    hi = float(math.trunc(f.hi)) if hi_in else float(rng[1])
+    return Facts(lo, hi, integral=True, zero=f.zero and f.integral)
 
 
 def dtype_facts(dtype: str) -> Facts:
@@ -79,14 +113,14 @@ def _sigmoid(x: float) -> float:
 _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "exp": math.exp, "exp2": lambda x: 2.0 ** x, "expm1": math.expm1, "tanh": math.tanh,
     "sigmoid": _sigmoid, "erf": math.erf, "atan": math.atan, "asinh": math.asinh, "sinh": math.sinh,
-    "softsign": lambda x: x / (1 + abs(x)), "deg2rad": math.radians, "rad2deg": math.degrees,
+    "softsign": lambda x: math.copysign(1.0, x) if math.isinf(x) else x / (1 + abs(x)), "deg2rad": math.radians, "rad2deg": math.degrees,
     "relu": lambda x: max(x, 0.0), "positive": lambda x: x, "floor": math.floor, "ceil": math.ceil,
-    "trunc": math.trunc, "sqrt": lambda x: math.sqrt(max(x, 0.0)),
+    "trunc": math.trunc, "sqrt": lambda x: math.sqrt(max(x, 0.0)), "asin": lambda x: math.asin(min(max(x, -1.0), 1.0)),
     "log": lambda x: math.log(x) if x > 0 else -INF, "log2": lambda x: math.log2(x) if x > 0 else -INF,
     "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
     "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
 }
-_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc}
+_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0))}
 # Bounded results of unbounded operands that approach their bounds only asymptotically.
 # (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
 _SATURATING = frozenset({"tanh", "sigmoid", "erf", "erfc", "atan", "softsign", "logsigmoid"})
@@ -249,6 +283,17 @@ def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
     return None
 
 
+@dataclass(frozen=True)
+class _ScalarOp:
+    """An integer-tensor-with-float-scalar op (float_scalar_promote) seen as the op it applies."""
+
+    name: str
+    attrs: Mapping[str, Any]
+
+
+_PROMOTED_AS = {"*": "mul", "/": "div", "remainder": "remainder", "fmod": "fmod"}
+
+
 def _sum_facts(f: Facts) -> Facts:
     """A sum keeps the sign of same-signed terms (and all-zero terms sum to zero)."""
     return Facts(0.0 if f.lo >= 0 else -INF, 0.0 if f.hi <= 0 else INF, f.integral)
@@ -306,7 +351,7 @@ def _is_index_output(op: OpSpec, pos: int) -> bool:
 # Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
 # log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
 SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
-                          "kthvalue", "topk", "cummax_cummin"})
+                          "kthvalue", "topk", "cummax_cummin", "std_var"})
 
 
 @dataclass(frozen=True)
@@ -351,6 +396,8 @@ def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete) -> Facts | None:
         return Facts(1.0, 1.0, integral=True, fixed=True)
     if op.name == "log_softmax" or _is_index_output(op, pos):
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
+    if op.name == "std_var" and pos == 0:  # the spread of one element (the spec keeps correction 0 there)
+        return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
     return None
 
 
@@ -380,7 +427,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif not ins:
             f = None
         elif name.startswith("to_") or name == "type_as":
-            f = ins[0] if is_float(dt) else None
+            f = ins[0] if is_float(dt) else None if dt == "bool" else _cast_to_int_facts(ins[0], dt)
         elif name in _REARRANGE:
             f = ins[0]
         elif name in _SUBSET:
@@ -403,13 +450,17 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(v, v, integral=True, zero=v == 0)
         elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder", "xlogy"):
             f = _scalar_facts(op, ins[0])
+        elif name == "float_scalar_promote" and op.attrs.get("op") in _PROMOTED_AS:
+            f = _scalar_facts(_ScalarOp(_PROMOTED_AS[op.attrs["op"]], {
+                "scalar": op.attrs.get("scalar"), "form": "rop" if op.attrs.get("reflected") else None}), ins[0])
         elif name in ("sum", "nansum", "cumsum_cumprod") and op.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum"):
             f = _sum_facts(ins[0])
         elif name == "pad":
             g = ins[0]
             if op.attrs.get("mode") == "constant":
                 v = _number(op.attrs.get("value"), 0.0)
-                f = None if math.isnan(v) else Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer())
+                f = None if math.isnan(v) else Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer(),
+                                                     holds=v if _pads_something(op, concrete) else None)
             else:
                 f = Facts(g.lo, g.hi, g.integral)
         elif name == "tril_triu":
@@ -418,13 +469,19 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
             centered, unit = _standardised(op)
             f = Facts(centered=centered, unit=unit)
+        elif name in _SHRINKS and _shrunk_away(op, ins):
+            f = Facts(0.0, 0.0, integral=True, zero=True)
+        elif name in _POWERS and _zero_base_power(op, ins):
+            f = Facts(0.0, 0.0, integral=True, zero=True)
         elif len(ins) == 1 or name in ("hardtanh", "clamp", "threshold"):
             f = _unary_facts(op, ins[0])
+            if f is not None and name == "log_softmax":
+                f = replace(f, negative=True)
         f = base if f is None else f
         if f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
             f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
                       f.fixed)
-        if f.lo > f.hi:  # facts that contradict each other are wrong somewhere: know nothing
+        if f.lo > f.hi or math.isnan(f.lo) or math.isnan(f.hi):  # wrong somewhere (contradiction, inf/inf): know nothing
             f = base
         if fixed != f.fixed and not constant:
             f = replace(f, integral=f.integral or base.integral, fixed=fixed)
@@ -475,7 +532,11 @@ def _never_finite(name: str, f: Facts) -> bool:
         return True
     if f.centered and lo >= 0:  # needs every element >= 0 with mean 0: all zeros at best
         return True
-    if f.unit and lo >= -1 and hi <= 1:
+    if f.unit and ((lo >= -1 and hi <= 1) or lo >= 1):  # unit spread: not all inside [-1, 1], nor all >= 1
+        return True
+    if f.holds is not None and not _in_domain(name, f.holds):
+        return True
+    if lo >= 0 and (f.negative or (f.centered and f.unit)):
         return True
     if f.integral:
         if name in ("lgamma", "digamma"):
@@ -488,8 +549,76 @@ def _never_finite(name: str, f: Facts) -> bool:
     return False
 
 
+# Half the spacing of floats just below 1: a smaller eps leaves 1 - eps == 1.
+_HALF_GAP_BELOW_ONE = {"float16": 2.0 ** -12, "bfloat16": 2.0 ** -9}
+
+
+def _eps_lost_at_one(op: type[OpSpec] | OpSpec) -> bool:
+    """logit(x, eps) clamps x into [eps, 1 - eps] in x's own dtype; in float16/bfloat16 a small
+    eps (1e-6) leaves 1 - eps == 1, so every x >= 1 still gives inf."""
+    eps = _number(getattr(op, "attrs", {}).get("eps"), math.nan)
+    gap = _HALF_GAP_BELOW_ONE.get(op.in_sigs[0][0]) if getattr(op, "in_sigs", None) else None
+    return gap is not None and 0 < eps < gap
+
+
+def _in_domain(name: str, x: float) -> bool:
+    lo, hi, lo_open, hi_open = _DOMAIN[name]
+    if x < lo or x > hi or (x == lo and lo_open) or (x == hi and hi_open):
+        return False
+    return not (name in _POLE_AT_ZERO and x <= 0 and (x == 0 or (name != "reciprocal" and float(x).is_integer())))
+
+
 def _self_cancels(op: OpSpec) -> bool:
     return op.name in _SELF_CANCELLING and op.attrs.get("alpha") in (None, 1)
+
+
+_POWERS = frozenset({"pow", "float_power"})
+_SHRINKS = frozenset({"hardshrink", "softshrink"})
+
+
+def _shrunk_away(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
+    """hardshrink/softshrink zero every |x| <= lambd: an operand bounded within lambd (cos(x)
+    with lambd 1) comes out all zeros, whatever the inputs."""
+    lambd = _number(getattr(op, "attrs", {}).get("lambd"), 0.5)
+    return bool(ins) and not math.isnan(lambd) and max(-ins[0].lo, ins[0].hi) <= lambd
+
+
+def _pads_something(op: OpSpec, concrete: "Concrete | None") -> bool:
+    """Whether a constant pad adds border elements. Amounts are the solver's until solved:
+    any padded axis may then add some, which is how the border is counted (a vulnerable op that
+    the border would doom is not built on a pad that may add one)."""
+    k = op.attrs.get("k", 0)
+    if not k:
+        return False
+    attrs = concrete.attrs if concrete is not None else op.attrs
+    amounts = [attrs.get(f"pad{i}") for i in range(2 * k)]
+    return any(not isinstance(a, int) or a > 0 for a in amounts)
+
+
+def _fractional_exponent(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
+    """x ** y with y a float that is no whole number in practice: a float tensor exponent that
+    the graph does not make integral or fix (value search never aims at exact integers), or a
+    fractional scalar (0.5, -2.5)."""
+    a = getattr(op, "attrs", {})
+    if len(ins) == 2:
+        return not ins[1].integral and not ins[1].fixed
+    if len(ins) == 1 and "scalar" in a and a.get("form") != "rop":
+        s = _number(a["scalar"], math.nan)
+        return math.isfinite(s) and not float(s).is_integer()
+    return False
+
+
+def _zero_base_power(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
+    """0 ** y for a fractional y is 0 (y > 0) or inf (y < 0): wherever it is finite it is all
+    zeros, whatever the inputs, so it is as good as fixed (fmod(x, positive(x)) ** x)."""
+    return bool(ins) and ins[0].fixed and ins[0].lo == ins[0].hi == 0 and _fractional_exponent(op, ins)
+
+
+def _negative_somewhere(f: Facts) -> bool:
+    """Holds a value < 0 in practice: below zero throughout, negative but for saturation, or
+    standardised (mean zero, unit spread: all zeros is out of reach)."""
+    return (f.negative or f.hi < 0 or (f.hi <= 0 and f.hi_limit and not f.lo == f.hi == 0)
+            or (f.centered and f.unit) or (f.holds is not None and f.holds < 0))
 
 
 def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
@@ -498,6 +627,8 @@ def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
     if op.name in _FIXED_RESULT:
         return True
     if len(inputs) == 2 and inputs[0] == inputs[1] and _self_cancels(op):
+        return True
+    if (op.name in _POWERS and _zero_base_power(op, ins)) or (op.name in _SHRINKS and _shrunk_away(op, ins)):
         return True
     return bool(ins) and all(f.fixed for f in ins)
 
@@ -538,6 +669,11 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
     var_at = _running_var_at(op)
     if var_at is not None and var_at < len(ins) and _variance_never_positive(ins[var_at], op.attrs["eps"]):
         return True
+    if op.name in _POWERS and ins and _negative_somewhere(ins[0]) and _fractional_exponent(op, ins):
+        return True  # a negative base to a fractional power is NaN
     if op.name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
+        if _eps_lost_at_one(op):  # the clamp's top, 1 - eps, rounds to 1: logit(1) is inf
+            f = ins[0]
+            return f.lo >= 1 or (f.holds is not None and f.holds >= 1)
         return False  # clamped into the domain
     return op.name in _DOMAIN and _never_finite(op.name, ins[0])

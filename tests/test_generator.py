@@ -1,12 +1,14 @@
 """The solver generator: deterministic, valid, varied, and never hangs."""
 
 import json
+import math
 import subprocess
 import sys
 import time
 from collections import Counter
 
 from nnforge.core.testcase import TestCase
+from nnforge.generator.abstract import AbsTensor
 from nnforge.generator.engine import GeneratorConfig, GraphGenerator
 from nnforge.generator.ir import Graph
 from nnforge.generator.materialize import to_program
@@ -303,3 +305,79 @@ def test_ops_along_a_solved_dim_of_size_one_do_not_doom_a_vulnerable_op():
     assert gen2.insert_forward(ops2["acosh"], [out_of2("neg", out_of2("log_softmax", v2))])
     assert gen2._check_push([gen2.vals[v2].t.shape[0] == 1])  # a hard constraint, not a bucket
     assert gen2.finish().graph.values[v2].shape == [1]
+
+
+def test_negative_bases_to_fractional_powers_and_zero_bases_are_seen_through():
+    gen, ops, x, out_of = _one_input_generator()
+
+    logp = out_of("log_softmax", x)  # one probability of two or more is <= 1/2: a log below 0
+    assert not gen.insert_forward(ops["pow"], [logp, out_of("exp", x)])  # (-0.7) ** 1.3 is NaN
+    assert gen.insert_forward(ops["pow"], [logp, out_of("floor", x)])  # whole exponents are fine
+    assert gen.insert_forward(ops["pow"], [out_of("exp", x), out_of("exp", x)])
+
+    zero = out_of("fmod", x, x)
+    power = out_of("float_power", zero, x)  # 0 ** x: 0 wherever finite, whatever x
+    assert gen.facts[power].fixed and gen.facts[power].lo == gen.facts[power].hi == 0
+    assert not gen.insert_forward(ops["log10"], [power])
+    whole = out_of("float_power", zero, out_of("floor", x))  # 0 ** 0 is 1: not fixed
+    assert not gen.facts[whole].fixed and gen.insert_forward(ops["log10"], [whole])
+
+
+def _facts_through(name, sigs, ins, **attrs):
+    """(hopeless, facts of output 0) of op `name` on operand facts `ins`, attributes set by hand."""
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import hopeless, makes_fixed, value_facts
+
+    op = spec_instance(name, sigs, "t")
+    op.attrs.update(attrs)
+    outs = op.type_transfer([AbsTensor(d, [2] * r) for d, r in sigs])
+    return hopeless(op, ins), value_facts(op, ins, [o.dtype for o in outs], makes_fixed(op, list(range(len(ins))), ins))[0]
+
+
+def test_casts_integer_inputs_pad_borders_shrinks_and_unit_spreads_are_seen_through():
+    from nnforge.generator.value_facts import Facts, placeholder_facts
+
+    neg = Facts(-math.inf, 0.0, hi_limit=True)  # logsigmoid: below 0 but for saturation
+    doomed, cast = _facts_through("to_int32", [("float32", 2)], [neg])
+    assert (cast.lo, cast.hi, cast.integral) == (-2**31, 0, True)
+    assert _facts_through("log10", [("int32", 2)], [cast])[0]  # log10 of integers <= 0
+    assert _facts_through("to_int8", [("float32", 2)], [neg])[1].hi > 0  # may wrap: nothing known
+
+    ints = placeholder_facts("int64")  # inputs drawn from [-8, 8], searched within [-16, 16]
+    _, rad = _facts_through("deg2rad", [("int64", 2)], [ints])
+    assert _facts_through("acosh", [("float32", 2)], [rad])[0]  # deg2rad(16) < 1
+    assert not _facts_through("acosh", [("float32", 2)], [_facts_through("exp", [("int64", 2)], [ints])[1]])[0]
+
+    x = Facts()
+    _, border = _facts_through("pad", [("float32", 2)], [x], mode="constant", value=-2.0, k=1, pad0=1, pad1=0)
+    assert border.holds == -2.0 and _facts_through("log2", [("float32", 2)], [border])[0]
+    _, cropped = _facts_through("pad", [("float32", 2)], [x], mode="constant", value=-2.0, k=1, pad0=-1, pad1=0)
+    assert cropped.holds is None and not _facts_through("log2", [("float32", 2)], [cropped])[0]
+
+    _, cos = _facts_through("cos", [("float32", 2)], [x])
+    _, shrunk = _facts_through("hardshrink", [("float32", 2)], [cos], lambd=1.0)
+    assert shrunk.fixed and shrunk.lo == shrunk.hi == 0
+    assert not _facts_through("hardshrink", [("float32", 2)], [cos], lambd=0.5)[1].fixed
+
+    _, rms = _facts_through("rms_norm", [("float32", 2)], [x], eps=1e-12)
+    assert rms.unit and _facts_through("acosh", [("float32", 2)], [rms])[0]  # all >= 1 at RMS 1: all exactly 1
+
+    _, acos = _facts_through("acos", [("float16", 2)], [x])  # [0, pi]: mostly >= 1
+    above_one = Facts(1.5, 3.0)
+    assert _facts_through("logit", [("float16", 2)], [above_one], eps=1e-6)[0]  # 1 - 1e-6 is 1 in float16
+    assert not _facts_through("logit", [("float32", 2)], [above_one], eps=1e-6)[0]
+    assert not _facts_through("logit", [("float16", 2)], [above_one], eps=0.1)[0]
+    assert not _facts_through("logit", [("float16", 2)], [acos], eps=1e-6)[0]  # some values below 1
+
+    zero = Facts(0.0, 0.0, integral=True, fixed=True)
+    assert _facts_through("addcdiv", [("float32", 2)] * 3, [x, x, zero])[0]  # x + t1 / 0
+
+    idx = Facts(0.0, math.inf, integral=True, zero=True)
+    _, rem = _facts_through("float_scalar_promote", [("int64", 2)], [idx], op="remainder", scalar="-1.5", reflected=False)
+    assert rem.hi == 0 and _facts_through("rsqrt", [("float32", 2)], [rem])[0]  # remainder by -1.5 is in (-1.5, 0]
+
+    _, t = _facts_through("softsign", [("float32", 2)], [_facts_through("softsign", [("float32", 2)], [x])[1]])
+    assert t.hi == 0.5 and _facts_through("acosh", [("float32", 2)], [t])[0]  # softsign of an unbounded operand is (-1, 1)
+
+    _, a = _facts_through("acos", [("bfloat16", 2)], [neg])  # acos of values <= 0: [pi/2, pi]
+    assert a.lo == math.pi / 2 and _facts_through("logit", [("bfloat16", 2)], [a], eps=1e-6)[0]
