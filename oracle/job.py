@@ -173,6 +173,20 @@ class Reference:
     tie_masks: dict[int, dict[str, Any]]
     used_rng: bool
     elapsed_s: float
+    program: Program | None = None  # to replay eager for rounding-noise evidence
+    _noise: Any = field(default=None, repr=False)
+
+    def rounding_noise(self) -> Any:
+        """How far rounding alone moves each float output (oracle/rounding_noise.py), measured on
+        first use only (a rung with a float value mismatch) and kept; None when it cannot be."""
+        if self._noise is None and self.program is not None:
+            from nnforge.oracle.rounding_noise import eager_jittered_runner, measure
+
+            try:
+                self._noise = measure(eager_jittered_runner(self.program.fresh, len(self.outputs)), self.outputs)
+            except Exception:
+                self._noise = False  # no evidence: the other rules alone decide
+        return self._noise or None
 
     def to_json(self) -> dict[str, Any]:
         return {"calls": len(self.outputs) + (self.failed_call is not None), "failed_call": self.failed_call,
@@ -201,7 +215,7 @@ def run_reference(prog: Program) -> Reference:
             fp64 = EagerBackend().compile_and_run(model64, calls64[: len(outputs)])
     except Exception:
         fp64 = None  # no precision evidence: tolerances alone decide
-    return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start)
+    return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start, prog)
 
 
 # -- judging one rung ------------------------------------------------------------------------------------
@@ -238,8 +252,28 @@ def _low_precision_value_miss(expected: Any, c: Any) -> bool:
     return c.max_abs_err <= LOW_PRECISION_SLACK_EPS * eps * float(values.abs().max())
 
 
+def _value_miss(exp: Any, act: Any, c: Any, tensors_only: bool) -> bool:
+    """The comparison failed on the values of a real tensor leaf (not on structure, shape or dtype):
+    the kind of miss that rounding noise may explain."""
+    import torch
+
+    from nnforge.oracle.compare import flatten, tensor_leaves
+
+    if c.symptom not in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) or c.leaf_index is None:
+        return False
+    leaves = tensor_leaves(exp) if tensors_only else flatten(exp)
+    got = list(act) if tensors_only else [v for _, v in flatten(act)]
+    if c.leaf_index >= min(len(leaves), len(got)):
+        return False
+    e, a = leaves[c.leaf_index][1], got[c.leaf_index]
+    return (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor) and not e.is_complex()
+            and e.dtype == a.dtype and e.shape == a.shape)
+
+
 def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> RungOutcome | None:
-    """The first disagreement between eager and the rung over the calls both completed, or None."""
+    """The first disagreement between eager and the rung over the calls both completed, or None;
+    a passing RungOutcome carrying a note when rounding-noise evidence was needed to pass."""
+    notes: list[str] = []
     for i, (r, a) in enumerate(zip(ref.outputs, outs)):
         f = ref.fp64[i] if ref.fp64 is not None and i < len(ref.fp64) else None
         parts = [("output", r.outputs, a.outputs, f.outputs if f else None, ref.tie_masks.get(i))]
@@ -247,17 +281,25 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
             parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
         for label, exp, act, f64, ties in parts:
-            c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=backend.flat_outputs and label == "output")
+            flat = backend.flat_outputs and label == "output"
+            c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)
             if not c.ok and backend.imprecise_in_low_precision and _low_precision_value_miss(exp, c):
                 return RungOutcome(backend.name, skipped=f"{backend.name} computes float16/bfloat16 without wider "
                                    f"accumulation; its {label} differs in value only ({c.detail}); the next rungs judge")
+            if not c.ok and _value_miss(exp, act, c, flat) and (noise := ref.rounding_noise()) is not None:
+                bands = noise.for_part(i, label)
+                if bands:
+                    with_noise = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat, noise=bands)
+                    if with_noise.ok:
+                        notes.append(f"call {i} {label}: {with_noise.detail}")
+                    c = with_noise  # what is left once rounding noise is accounted for
             if not c.ok:
                 return RungOutcome(backend.name, c.symptom, call_index=i,
                                    output_index=c.leaf_index if label == "output" else None,
                                    max_abs_err=c.max_abs_err, max_rel_err=c.max_rel_err,
                                    fp64_rmse_actual=c.fp64_rmse_actual, fp64_rmse_eager=c.fp64_rmse_eager,
                                    detail=f"{label}: {c.detail}")
-    return None
+    return RungOutcome(backend.name, detail="; ".join(notes)) if notes else None
 
 
 def run_rung(prog: Program, ref: Reference, backend: Backend, *, reset_each_call: bool = False) -> RungOutcome:
@@ -272,17 +314,18 @@ def run_rung(prog: Program, ref: Reference, backend: Backend, *, reset_each_call
     if raised is not None and _unsupported_or_skipped(raised.error):
         return replace(_exception_outcome(prog, backend, raised), elapsed_s=elapsed)
     wrong = judge_outputs(ref, outs, backend)
-    if wrong is not None:
+    if wrong is not None and (wrong.failed or wrong.skipped is not None):
         return replace(wrong, elapsed_s=elapsed)
+    note = wrong.detail if wrong is not None else ""  # a pass that needed rounding-noise evidence
     if raised is not None:
         if ref.failed_call is not None and raised.call_index == ref.failed_call:
-            return RungOutcome(backend.name, elapsed_s=elapsed)  # both raise at the same call
+            return RungOutcome(backend.name, elapsed_s=elapsed, detail=note)  # both raise at the same call
         return replace(_exception_outcome(prog, backend, raised), elapsed_s=elapsed)
     if ref.failed_call is not None:
         return RungOutcome(backend.name, Symptom.EXCEPTION_MISMATCH, call_index=ref.failed_call, elapsed_s=elapsed,
                            exc_type=type(ref.error).__name__, exc_message=_message(ref.error),
                            detail=f"eager raises {type(ref.error).__name__} at call {ref.failed_call}; {backend.name} does not")
-    return RungOutcome(backend.name, elapsed_s=elapsed)
+    return RungOutcome(backend.name, elapsed_s=elapsed, detail=note)
 
 
 def _unsupported_or_skipped(error: BaseException) -> bool:

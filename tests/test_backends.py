@@ -293,3 +293,124 @@ def test_float16_rounding_of_a_native_backend_is_precision_but_a_lost_update_is_
     res = run_case({"program": _HALF_LOST_UPDATE, "targets": ["ort"], "calls": [{"grad_enabled": False}]})
     v = res["verdicts"][0]
     assert (v["symptom"], v["rung"], v["output_index"]) == ("mismatch", "onnx_export", 1), v
+
+
+# -- rounding-noise evidence (oracle/rounding_noise.py) ----------------------------------------------
+def test_nan_against_inf_is_a_mismatch_unless_rounding_gives_eager_that_kind_there():
+    """NaN vs -inf is compared (inductor's softshrink(NaN) = 0 turns eager's NaN into -inf after a
+    log: lost NaN propagation, not precision). It passes only where a jittered eager run produced
+    the compiled kind at that position (rounding moved an intermediate across a domain edge)."""
+    from nnforge.oracle.rounding_noise import NoiseBand
+
+    inf, nan = float("inf"), float("nan")
+    eager = torch.tensor([nan, 1.0, -inf])
+    compiled = torch.tensor([-inf, 1.0, -inf])
+    assert compare_tensors(eager, compiled).symptom is Symptom.NAN_MISMATCH
+    band = NoiseBand.observe(eager, [torch.tensor([-inf, 1.0, -inf]), eager.clone()])
+    c = compare_tensors(eager, compiled, noise=band)
+    assert c.ok and "rounding" in c.detail, c
+    for other in (inf, 0.5):  # a kind, or a finite value, that no jittered run produced there
+        c = compare_tensors(eager, torch.tensor([other, 1.0, -inf]), noise=band)
+        assert c.symptom is Symptom.NAN_MISMATCH, c
+    # finite values: within NOISE_MULTIPLIER times the jittered spread, and not beyond
+    from nnforge.oracle.rounding_noise import NOISE_MULTIPLIER
+
+    x = torch.linspace(1, 2, 8)
+    band = NoiseBand.observe(x, [x + 1e-3, x - 5e-4])
+    assert compare_tensors(x, x + (NOISE_MULTIPLIER - 0.5) * 1e-3, noise=band).ok
+    assert compare_tensors(x, x + (NOISE_MULTIPLIER + 1) * 1e-3, noise=band).symptom is Symptom.MISMATCH
+
+
+def test_integer_outputs_pass_only_with_a_value_that_rounding_gave_eager_there():
+    from nnforge.oracle.rounding_noise import ExactBand
+
+    eager = torch.tensor([57, 3, 9])
+    band = ExactBand.observe(eager, [torch.tensor([56, 3, 9]), eager.clone()])
+    assert compare_tensors(eager, torch.tensor([56, 3, 9])).symptom is Symptom.MISMATCH
+    assert compare_tensors(eager, torch.tensor([56, 3, 9]), noise=band).ok
+    for wrong in ([55, 3, 9], [57, 4, 9]):  # no spread for integers: only values seen there
+        assert compare_tensors(eager, torch.tensor(wrong), noise=band).symptom is Symptom.MISMATCH
+
+
+_JITTER_PROBES = """
+import torch
+import torch.nn.functional as F
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x, w, k):
+        y = self.conv(x).relu().sum(-1)
+        noisy = x[0, 0, 0] + torch.rand(8)
+        edge = torch.log(F.softshrink(torch.log1p(w), 1.0))
+        return y, y.argmax(-1), noisy, edge, torch.floor(k * 4), (k * 4).long()
+
+def make_inputs():
+    return (torch.randn(2, 3, 8, 8), torch.tensor([-0.6328125, 0.5], dtype=torch.bfloat16),
+            torch.tensor([0.25, 0.5, 1.0, 2.75]))
+"""
+
+
+def test_jittered_eager_runs_move_rounding_only_and_cross_a_domain_edge(tmp_path, monkeypatch):
+    """On a program that does not amplify rounding the spread stays within a few ulps; random ops
+    draw what eager drew (the jitter has its own generator); exact results (floor, small
+    integers) are not moved; and a log1p that rounds to exactly -1 in bfloat16 (softshrink gives
+    0, log -inf) is pushed one ulp below by the all-down run, which gives NaN there."""
+    from nnforge.core.calls import SINGLE_CALL
+    from nnforge.oracle.job import Program, run_reference
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 8, 8), torch.tensor([-0.6328125, 0.5], dtype=torch.bfloat16),
+              torch.tensor([0.25, 0.5, 1.0, 2.75]))
+    prog = Program(source=_JITTER_PROBES, inputs=inputs, state_dict={}, steps=SINGLE_CALL)
+    ref = run_reference(prog)
+    noise = ref.rounding_noise()
+    assert noise is not None and noise.runs == 8 and noise.moved_ops > 0
+    bands = noise.for_part(0, "output")
+    y = ref.outputs[0].outputs[0]
+    conv = bands["[0]"]
+    assert 0 < float(conv.spread.max()) <= 64 * torch.finfo(torch.float32).eps * float(y.abs().max())
+    assert bool((bands["[1]"].values == y.argmax(-1)).all())  # no flipped argmax without a near tie
+    assert float(bands["[2]"].spread.max()) < 1e-5  # torch.rand drew the same numbers in every run
+    edge = bands["[3]"]
+    assert float(ref.outputs[0].outputs[3][0]) == float("-inf") and bool(edge.nan[0]) and not bool(edge.nan[1])
+    assert float(bands["[4]"].spread.max()) == 0.0  # floor of exact products: nothing to move
+    assert bool((bands["[5]"].values == torch.tensor([1, 2, 4, 11])).all())  # exact: no truncation flips
+
+
+_AMPLIFIED = """
+import torch
+import torch.nn.functional as F
+
+class Model(torch.nn.Module):
+    def forward(self, base, x):
+        e = F.lp_pool1d(x, 0.5, 7, stride=1)  # bfloat16, ~30-64: one ulp is 0.25
+        return (x.float() * 3 + 1, base ** e)
+
+def make_inputs():
+    base = torch.tensor([[1.14, 6.03, 1.62, 8.46, 10.33, 4.85], [9.16, 3.28, 2.58, 8.81, 1.45, 6.07]], dtype=torch.float64)
+    x = torch.tensor([[0.98046875, 0.453125, 1.8515625, 0.384765625, 1.0390625, 1.3515625, 0.70703125,
+                       1.6875, 1.0390625, 1.4765625, 2.078125, 0.65625],
+                      [1.6953125, 0.55078125, 0.32421875, 1.46875, 0.546875, 0.63671875, 0.55078125,
+                       1.0390625, 0.220703125, 0.6015625, 0.83984375, 1.5703125]], dtype=torch.bfloat16)
+    return (base, x)
+"""
+
+
+@pytest.mark.slow
+def test_bfloat16_rounding_amplified_into_a_float64_output_is_precision_but_a_planted_fault_is_not(tmp_path, monkeypatch):
+    """Inductor keeps the bfloat16 exponent in float32 (eager rounds it to bfloat16), and the
+    float64 power moves by ~3% per ulp: outside float64's tolerance and, by luck of which side
+    lands nearer the float64 run, outside the RMSE rule too. Rounding-noise evidence says
+    precision. The planted fault on the other, rounding-insensitive output stays a mismatch."""
+    monkeypatch.chdir(tmp_path)
+    res = run_case({"program": _AMPLIFIED, "targets": ["inductor", "faulty_perturb"], "search": False,
+                    "calls": [{"grad_enabled": False}]})
+    assert res["status"] == "ok", res["reason"]
+    inductor, faulty = res["verdicts"]
+    assert inductor["symptom"] == "pass", inductor["detail"]
+    assert "rounding" in res["rungs"]["inductor"][-1]["detail"], res["rungs"]["inductor"][-1]
+    assert (faulty["symptom"], faulty["rung"], faulty["output_index"]) == ("mismatch", "faulty_perturb", 0), faulty
