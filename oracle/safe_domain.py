@@ -48,6 +48,60 @@ STRAIGHT_THROUGH = frozenset(
 # Of those, the ones autograd has no derivative for at all (backward raises): their own result
 # is detached before the straight-through identity is added.
 NO_DERIVATIVE = frozenset({"heaviside", "floor_divide", "rfloor_divide"})
+def _divide_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
+    """x / y with the divisor held, for the gradient of x // y: straight through the rounding to
+    the dividend, with the divisor's sign and scale (`v // -1.0` grows as v falls; the identity
+    would push the wrong way). The divisor gets none: its own slope, -x / y ** 2, points at
+    the pole, and a quotient that must grow would drive it across zero."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad):
+        return None
+    y = y.detach() if isinstance(y, torch.Tensor) else y
+    if isinstance(y, bool) or not isinstance(y, (torch.Tensor, int, float)):
+        return None
+    if isinstance(y, torch.Tensor):
+        y = torch.where(y == 0, 1.0, y.to(x.dtype))
+    elif y == 0:
+        return None
+    try:
+        proxy = x / y
+    except (RuntimeError, TypeError):
+        return None
+    return proxy if isinstance(proxy, torch.Tensor) and proxy.is_floating_point() else None
+
+
+def _remainder_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
+    """fmod/remainder for the gradient: moves with x as the op does, and with the divisor as if
+    both scaled together (x % y is y * frac(x / y): the result is bounded by |y|, so a result that
+    must grow needs a larger divisor; the true derivative, -trunc(x / y), points the other way
+    whenever x / y >= 1)."""
+    parts = []
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad:
+        parts.append(x - x.detach())
+    if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad:
+        y_d = y.detach()
+        ratio = torch.where(y_d == 0, 0.0, out.detach() / torch.where(y_d == 0, 1.0, y_d))
+        parts.append(ratio * (y - y_d))
+    if not parts:
+        return None
+    proxy = out.detach()
+    for p in parts:
+        proxy = proxy + p
+    return proxy
+
+
+def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, Any]:
+    return _arg(args, kwargs, 0, first, "input", "self"), _arg(args, kwargs, 1, second, "other")
+
+
+# Zero-gradient (or misleading-gradient) operators whose result, during a repair step, carries
+# the gradient of a smooth stand-in instead: fn(args, kwargs, out) -> proxy (None: no stand-in).
+PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | None"]] = {
+    "floor_divide": lambda a, k, out: _divide_proxy(*_operands(a, k, "input", "other"), out),
+    "rfloor_divide": lambda a, k, out: _divide_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
+    "fmod": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
+    "remainder": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
+    "rremainder": lambda a, k, out: _remainder_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
+}
 # Monotone increasing operators whose true gradient vanishes on large regions: saturation
 # (tanh(20), sigmoid(-100), elu(-100)), or rounding in low precision (tanhshrink(0.02) is 0 in
 # bfloat16, and so is its gradient). Value search adds a small identity gradient to theirs, so

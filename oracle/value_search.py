@@ -54,8 +54,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.oracle.safe_domain import (
-    COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, STRAIGHT_THROUGH, hinge_for, op_info,
-    repair_loss,
+    COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, hinge_for,
+    op_info, repair_loss,
 )
 
 # Integer-only operators: the float proxy through which a gradient reaches their operand (the
@@ -200,6 +200,20 @@ def _broadcastable_to(small: torch.Size, big: torch.Size) -> bool:
     return all(s == b or s == 1 for s, b in zip(reversed(small), reversed(big)))
 
 
+def _group_norm_weight(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """group_norm with a bias but no weight has a backward that raises ("tensor does not have a
+    device", torch 2.x): a weight of ones computes the same and lets the gradient reach the bias
+    (log(group_norm(x, bias=b)) needs b above every standardised value)."""
+    weight = args[2] if len(args) > 2 else kwargs.get("weight")
+    bias = args[3] if len(args) > 3 else kwargs.get("bias")
+    if weight is not None or not isinstance(bias, torch.Tensor) or not torch.is_grad_enabled():
+        return args, kwargs
+    ones = torch.ones_like(bias.detach())
+    if len(args) > 2:
+        return tuple(args[:2]) + (ones,) + tuple(args[3:]), kwargs
+    return args, {**kwargs, "weight": ones}
+
+
 class _Interceptor(TorchFunctionMode):
     """Watches every operator call of a forward.
 
@@ -244,6 +258,8 @@ class _Interceptor(TorchFunctionMode):
     # -- search mode
 
     def _search_call(self, func, info, args, kwargs):
+        if info.name == "group_norm":
+            args, kwargs = _group_norm_weight(args, kwargs)
         pre = None
         if info.inplace and args and _grad_float(args[0]):
             pre = args[0].clone()  # the values before mutation, for the loss
@@ -283,7 +299,17 @@ class _Interceptor(TorchFunctionMode):
         if self.shadows:
             out = self._through_shadows(func, args, kwargs, out)
         name = info.name
-        if name in STRAIGHT_THROUGH and out.is_floating_point():
+        if name == "div" and kwargs.get("rounding_mode") is not None:
+            name = "floor_divide"  # div(x, y, rounding_mode=...) has no gradient either
+        proxy = None
+        if name in PROXY_GRADIENT and out.is_floating_point():
+            try:
+                proxy = PROXY_GRADIENT[name](args, kwargs, out)
+            except (RuntimeError, TypeError, ValueError):
+                proxy = None
+        if proxy is not None and proxy.requires_grad and _broadcastable_to(proxy.shape, out.shape):
+            out = _StraightThrough.apply(out.detach(), proxy)
+        elif name in STRAIGHT_THROUGH and out.is_floating_point():
             x = args[0] if args else None
             if _grad_float(x) and _broadcastable_to(x.shape, out.shape):
                 out = _StraightThrough.apply(out.detach(), x)
@@ -899,6 +925,7 @@ class _Run:
         iterations = 0
         use_grad = True
         last_key, best, stall, descent = None, math.inf, 0, 0
+        first_loss = math.inf  # the culprit's loss when the descent reached it
         previous = math.inf  # the loss before the last step (same culprit), for the step length
         calm = 0  # steps in a row after which that loss did not rise
         frozen_at = None  # culprit key at which integer inputs stopped moving (see below)
@@ -961,9 +988,17 @@ class _Run:
                     calm = 0
                     self.adam.scale = min(self.adam.scale, 1.0)
                 previous = value
+                if outcome.key != last_key:
+                    first_loss = value
                 best = value if outcome.key != last_key else min(best, value)
                 last_key = outcome.key
-                if stall < cfg.patience and descent < cfg.max_descent:
+                # A descent that has at least halved its culprit's domain loss is heading
+                # somewhere: it may run on past max_descent (integers standardised by batch_norm
+                # that must crowd around their mean). Not so a magnitude loss: shrinking
+                # everything halves it at once, whether or not the overflow is any nearer its end.
+                heading = outcome.loss_kind == "domain" and best < 0.5 * first_loss
+                limit = cfg.max_descent * (DESCENT_EXTENSION if heading else 1)
+                if stall < cfg.patience and descent < limit:
                     stepped = self._gradient_step(outcome.loss, freeze_ints=frozen_at == outcome.key)
             if stepped:
                 descent += 1
@@ -1039,6 +1074,8 @@ FAILURE_CLASSES = (
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+# How many times max_descent a descent that keeps lowering its loss may run.
+DESCENT_EXTENSION = 3
 # The shortest step, as a share of the learning rate, that backtracking tries.
 MIN_STEP_SCALE = 1.0 / 16
 # The longest: a step doubles while the culprit's loss steadily falls by less than

@@ -548,3 +548,87 @@ def test_steps_lengthen_when_the_domain_is_far_away():
     res = ValueSearch(**SEARCH).run(FarLog(), inputs)
     assert_repaired(FarLog(), inputs, res)
     assert res.iterations < 60
+
+
+# -- gradient stand-ins for operators whose own gradient is missing or points the wrong way
+
+
+class GroupNormBiasOnly(nn.Module):
+    """log needs the bias above every standardised value; group_norm's backward raises when it
+    has a bias but no weight, so the gradient must reach the bias some other way."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Parameter(torch.tensor([0.5, -1.0, 0.2, 1.0]))
+
+    def forward(self, x):
+        return torch.log10(F.group_norm(x, 4, None, self.bias, eps=1e-12))
+
+
+class FloorDivideByNegative(nn.Module):
+    """x // -1 grows as x falls: an identity straight-through gradient pushes x the wrong way."""
+
+    def __init__(self, rounding: bool):
+        super().__init__()
+        self.rounding = rounding
+
+    def forward(self, x):
+        q = torch.div(x, -2.0, rounding_mode="floor") if self.rounding else x // -1.0
+        return torch.log(q)
+
+
+class FmodNeedsLargerDivisor(nn.Module):
+    """acosh(fmod(x, d)) needs fmod >= 1, so d > 1: fmod's true derivative in d, -trunc(x / d),
+    pulls d down whenever x > d."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(1.3))
+
+    def forward(self, x):
+        return torch.acosh(torch.fmod(x, torch.log1p(torch.acosh(self.w))))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_group_norm_bias_without_weight_is_reached_by_the_gradient(seed):
+    torch.manual_seed(seed)
+    model, inputs = GroupNormBiasOnly(), (torch.randn(3, 4, 7),)
+    res = ValueSearch(seed=seed, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"
+    assert bool((model.bias > 0).all())  # each group has positive standardised values to lift
+
+
+@pytest.mark.parametrize("rounding", [False, True])
+def test_floor_divide_by_negative_moves_its_operand_down(rounding):
+    model, inputs = FloorDivideByNegative(rounding), (torch.rand(16) + 0.5,)
+    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert bool((res.inputs[0] < 0).all())
+
+
+def test_fmod_result_that_must_grow_grows_the_divisor():
+    torch.manual_seed(0)
+    model, inputs = FmodNeedsLargerDivisor(), (torch.rand(16) + 0.2,)
+    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert float(model.w.detach()) > 2.8  # log1p(acosh(w)) > 1 needs w > cosh(e - 1)
+
+
+class BatchNormOfIntegers(nn.Module):
+    """atanh(expm1(.)) of standardised integers needs them crowded around their channel's mean
+    (the 0.1 eps then keeps the standardised values small), digamma needs none exactly at it: a
+    long, steady descent of one-unit integer steps, longer than `max_descent`."""
+
+    def forward(self, x):
+        e = torch.expm1(F.batch_norm(x.float(), None, None, training=True, eps=0.1))
+        return torch.atanh(e), torch.digamma(e)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_descent_that_keeps_lowering_its_loss_runs_past_max_descent(seed):
+    torch.manual_seed(seed)
+    model, inputs = BatchNormOfIntegers(), (torch.randint(0, 16, [16, 15, 14], dtype=torch.uint8),)
+    res = ValueSearch(seed=seed, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"
