@@ -60,6 +60,9 @@ class Facts:
     negative: bool = False
     # Holds this very value (or may, where the graph leaves it open): a constant pad border.
     holds: float | None = None
+    # Every element is one of these (a few values, from a bool or a small integer range through
+    # elementwise ops): asin of a bool is 0 or pi/2, never inside logit's (0, 1).
+    values: tuple[float, ...] | None = None
 
 
 def placeholder_facts(dtype: str) -> Facts:
@@ -93,7 +96,7 @@ def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
 
 def dtype_facts(dtype: str) -> Facts:
     if dtype == "bool":
-        return Facts(0.0, 1.0, integral=True)
+        return Facts(0.0, 1.0, integral=True, values=(0.0, 1.0))
     if dtype == "uint8":
         return Facts(0.0, 255.0, integral=True)
     return Facts() if is_float(dtype) else Facts(integral=True)
@@ -241,7 +244,46 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     keeps_zero = f.zero and name in ("relu", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
                                      "floor", "sinh", "tanh", "sin", "atan", "asinh", "erf", "softsign", "deg2rad",
                                      "rad2deg", "sqrt", "expm1")
-    return Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit)
+    symmetric = name in ("neg", "positive")  # a standardised value stays standardised
+    out = Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit,
+                centered=symmetric and f.centered, unit=symmetric and f.unit)
+    mapped = _mapped_values(name, fn, f)
+    if mapped is not None:
+        out = replace(out, lo=min(mapped), hi=max(mapped), values=mapped, zero=0.0 in mapped and len(mapped) > 1)
+    return out
+
+
+# Elementwise ops whose value on a known point is worth computing (besides the monotone ones).
+_POINTWISE = {
+    "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "sgn": lambda x: float((x > 0) - (x < 0)),
+    "sin": math.sin, "cos": math.cos, "cosh": math.cosh, "i0": lambda x: math.cosh(x) if x == 0 else math.nan,
+    "square": lambda x: x * x, "frac": lambda x: x - math.trunc(x),
+}
+_MAX_VALUES = 5
+
+
+def value_set(f: Facts) -> tuple[float, ...] | None:
+    """The few values every element takes, if so few: the tracked set, or a short integer range."""
+    if f.values is not None:
+        return f.values
+    if f.integral and math.isfinite(f.lo) and math.isfinite(f.hi) and f.hi - f.lo < _MAX_VALUES:
+        return tuple(float(v) for v in range(int(f.lo), int(f.hi) + 1))
+    return None
+
+
+def _mapped_values(name: str, fn: Any, f: Facts) -> tuple[float, ...] | None:
+    """The operand's value set through elementwise op `name` (values where it is non-finite
+    dropped: value search needs it finite anyway); None when unknown."""
+    points = value_set(f)
+    fn = fn or _DECREASING.get(name) or _POINTWISE.get(name)
+    if points is None or fn is None:
+        return None
+    try:
+        out = sorted({float(fn(v)) for v in points})
+    except (OverflowError, ValueError, ZeroDivisionError):
+        return None
+    out = tuple(v for v in out if math.isfinite(v))
+    return out or None
 
 
 def _limit(name: str, bound: float, was_limit: bool, result: float, infinite: float) -> bool:
@@ -432,7 +474,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = ins[0]
         elif name in _SUBSET:
             g = ins[0]
-            f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed)
+            f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed, values=g.values)
         elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
             pick = min if name in _LOWER_OF else max
             f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins))
@@ -469,6 +511,12 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
             centered, unit = _standardised(op)
             f = Facts(centered=centered, unit=unit)
+        elif name == "copysign" and len(ins) == 2 and value_set(ins[0]) is not None:
+            mags = {abs(v) for v in value_set(ins[0])}  # |x| with y's sign, which the graph leaves open
+            points = tuple(sorted({m for m in mags} | {-m for m in mags}))
+            f = Facts(min(points), max(points), integral=ins[0].integral, values=points) if len(points) <= _MAX_VALUES else None
+        elif name == "xlogy" and _xlogy_of_bits(ins):
+            f = Facts(0.0, 0.0, integral=True, zero=True)
         elif name in _SHRINKS and _shrunk_away(op, ins):
             f = Facts(0.0, 0.0, integral=True, zero=True)
         elif name in _POWERS and _zero_base_power(op, ins):
@@ -536,6 +584,11 @@ def _never_finite(name: str, f: Facts) -> bool:
         return True
     if f.holds is not None and not _in_domain(name, f.holds):
         return True
+    points = f.values  # (integer ranges are judged below, with their saturation limits)
+    if points is not None:
+        inside = [v for v in points if _in_domain(name, v)]
+        if not inside or (len(inside) == 1 and len(points) > 1):  # none, or one every element must equal
+            return True
     if lo >= 0 and (f.negative or (f.centered and f.unit)):
         return True
     if f.integral:
@@ -574,6 +627,12 @@ def _self_cancels(op: OpSpec) -> bool:
 
 _POWERS = frozenset({"pow", "float_power"})
 _SHRINKS = frozenset({"hardshrink", "softshrink"})
+
+
+def _xlogy_of_bits(ins: list[Facts]) -> bool:
+    """xlogy(x, y) with y 0 or 1 is x * log(1) = 0, or -inf (x != 0), or 0 (x == 0): 0 wherever
+    finite, whatever the inputs."""
+    return len(ins) == 2 and value_set(ins[1]) is not None and set(value_set(ins[1])) <= {0.0, 1.0}
 
 
 def _shrunk_away(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
@@ -628,7 +687,8 @@ def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
         return True
     if len(inputs) == 2 and inputs[0] == inputs[1] and _self_cancels(op):
         return True
-    if (op.name in _POWERS and _zero_base_power(op, ins)) or (op.name in _SHRINKS and _shrunk_away(op, ins)):
+    if ((op.name in _POWERS and _zero_base_power(op, ins)) or (op.name in _SHRINKS and _shrunk_away(op, ins))
+            or (op.name == "xlogy" and _xlogy_of_bits(ins))):
         return True
     return bool(ins) and all(f.fixed for f in ins)
 

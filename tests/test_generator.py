@@ -381,3 +381,27 @@ def test_casts_integer_inputs_pad_borders_shrinks_and_unit_spreads_are_seen_thro
 
     _, a = _facts_through("acos", [("bfloat16", 2)], [neg])  # acos of values <= 0: [pi/2, pi]
     assert a.lo == math.pi / 2 and _facts_through("logit", [("bfloat16", 2)], [a], eps=1e-6)[0]
+
+
+def test_few_valued_operands_bits_and_negated_standardisations_are_seen_through():
+    from nnforge.generator.value_facts import Facts, dtype_facts
+
+    bits = dtype_facts("bool")
+    _, a = _facts_through("asin", [("bool", 2)], [bits])  # 0 or pi/2: never inside (0, 1)
+    assert a.values == (0.0, math.pi / 2) and _facts_through("logit", [("float32", 2)], [a], eps=None)[0]
+    assert not _facts_through("logit", [("float32", 2)], [Facts(0.0, math.pi / 2)], eps=None)[0]
+    _, c = _facts_through("cos", [("bool", 2)], [bits])  # 1 or cos(1)
+    assert _facts_through("acosh", [("float32", 2)], [c])[0]  # only cos(0) = 1 qualifies: every element must be 0
+
+    x = Facts()
+    doomed, zero = _facts_through("xlogy", [("float32", 2), ("bool", 2)], [x, bits])  # x log 1 = 0, x log 0 = -inf
+    assert not doomed and zero.fixed and zero.lo == zero.hi == 0
+    assert not _facts_through("xlogy", [("float32", 2), ("float32", 2)], [x, x])[1].fixed
+
+    _, normed = _facts_through("instance_norm", [("float32", 3)], [x], use_input_stats=True, layout="x", eps=1e-5)
+    _, flipped = _facts_through("neg", [("float32", 3)], [normed])
+    assert flipped.centered and flipped.unit
+    assert _facts_through("pow", [("float32", 3), ("float32", 3)], [flipped, _facts_through("exp", [("float32", 3)], [x])[1]])[0]
+
+    _, signed = _facts_through("copysign", [("bool", 2), ("float32", 2)], [bits, x])  # 0, 1 or -1
+    assert signed.values == (-1.0, 0.0, 1.0) and _facts_through("logit", [("float32", 2)], [signed], eps=0.0)[0]

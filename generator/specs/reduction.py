@@ -365,12 +365,14 @@ class StdVar(ReduceSpec):
 
 @register_op
 class Logsumexp(ReduceSpec):
-    """logsumexp over one dim or several; integer and bool inputs give float32; -inf when empty."""
+    """logsumexp over one dim or several; integer and bool inputs give float32. An empty
+    reduction is -inf whatever the values (no search repairs it), so reduced dims are non-empty."""
 
     name = "logsumexp"
     fn = "torch.logsumexp"
     forms = ("int", "tuple")
     vulnerable = True
+    nonempty = True
 
     def out_dtypes(self, dtype):
         return [dtype if dtype in FLOAT_DTYPES else "float32"]
