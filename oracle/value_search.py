@@ -214,6 +214,38 @@ def _group_norm_weight(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, {**kwargs, "weight": ones}
 
 
+def _call_on(func, flat: list, spec) -> Any:
+    """func on shadow operands (flattened), or None where it raises."""
+    try:
+        s_args, s_kwargs = tree_unflatten(flat, spec)
+        if isinstance(s_kwargs.get("dtype"), torch.dtype) and not s_kwargs["dtype"].is_floating_point:
+            s_kwargs = {**s_kwargs, "dtype": None}  # cumsum(x, dtype=torch.int8): the proxy stays float
+        return func(*s_args, **s_kwargs)
+    except Exception:
+        return None
+
+
+def _without_some_gradients(func, args, kwargs) -> tuple[tuple, dict, Any]:
+    """Run an op that raised with some operands carrying a gradient (batch_norm's running
+    statistics, reached by a straight-through `detach`) with as few of them detached as it
+    takes: the operands after the first, one at a time in order (so that batch_norm's weight
+    and bias, after the statistics, keep theirs: log10 feeding its weight must be repairable),
+    then all of them. The op's repair loss still sees the operands that keep a gradient."""
+    flat, spec = tree_flatten((tuple(args[1:]), kwargs))
+    for i, x in enumerate(flat):
+        if not (isinstance(x, torch.Tensor) and x.requires_grad):
+            continue
+        flat[i] = x.detach()
+        rest, d_kwargs = tree_unflatten(flat, spec)
+        d_args = tuple(args[:1]) + tuple(rest)  # the data operand keeps its gradient if it can
+        try:
+            return d_args, d_kwargs, func(*d_args, **d_kwargs)
+        except RuntimeError:
+            continue
+    d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args), kwargs))
+    return d_args, d_kwargs, func(*d_args, **d_kwargs)
+
+
 class _Interceptor(TorchFunctionMode):
     """Watches every operator call of a forward.
 
@@ -266,16 +298,7 @@ class _Interceptor(TorchFunctionMode):
         try:
             out = func(*args, **kwargs)
         except RuntimeError:
-            # Some operands may not carry a gradient here (batch_norm's running statistics,
-            # reached by a straight-through `detach`): run this one op without any (its repair
-            # loss still sees the operands that do).
-            d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args[1:]), kwargs))
-            d_args = tuple(args[:1]) + d_args  # the data operand keeps its gradient if it can
-            try:
-                out = func(*d_args, **d_kwargs)
-            except RuntimeError:
-                d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args), kwargs))
-                out = func(*d_args, **d_kwargs)
+            d_args, d_kwargs, out = _without_some_gradients(func, args, kwargs)
             if out is None and info.inplace:
                 args, kwargs = d_args, d_kwargs
         target = args[0] if out is None and info.inplace and args else out
@@ -407,21 +430,24 @@ class _Interceptor(TorchFunctionMode):
     def _through_shadows(self, func, args, kwargs, out: torch.Tensor) -> torch.Tensor:
         """If an argument is an integer/bool tensor with a float shadow, recompute the op on the
         shadows and let `out` carry that computation's gradient."""
-        flat, spec = tree_flatten((args, kwargs))
-        swapped = False
+        original, spec = tree_flatten((args, kwargs))
+        flat = list(original)
+        swapped = []
         for i, x in enumerate(flat):
             s = self._shadow_of(x)
             if s is not None:
                 flat[i] = s
-                swapped = True
+                swapped.append(i)
         if not swapped:
             return out
-        try:
-            s_args, s_kwargs = tree_unflatten(flat, spec)
-            if isinstance(s_kwargs.get("dtype"), torch.dtype) and not s_kwargs["dtype"].is_floating_point:
-                s_kwargs = {**s_kwargs, "dtype": None}  # cumsum(x, dtype=torch.int8): the proxy stays float
-            proxy = func(*s_args, **s_kwargs)
-        except Exception:  # the op may insist on integer/bool operands (indexing, where, ...)
+        proxy = _call_on(func, flat, spec)
+        if proxy is None and len(swapped) > 1:
+            # An index operand with a shadow of its own (gather(x, d, i % n), i an input): only
+            # the first shadowed operand, the data, is swapped; the others stay integers.
+            flat = list(original)
+            flat[swapped[0]] = self._shadow_of(original[swapped[0]])
+            proxy = _call_on(func, flat, spec)
+        if proxy is None:  # the op insists on integer/bool operands (bitwise ops, where, ...)
             proxy = self._integer_proxy(func, args, kwargs, out)
             if proxy is None:
                 return out
@@ -774,7 +800,10 @@ class _Run:
                 s.master.grad = None
                 continue
             g = g.to(s.master.dtype) if g.dtype != s.master.dtype else g.clone()
-            s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6)  # sqrt(0)'s infinite slope, say
+            # sqrt(0)'s infinite slope, say; and finite slopes too steep for Adam's second moment,
+            # whose float32 square overflows (x ** -80 at x = 0.5: 1e26, squared inf), so that
+            # the update, m / sqrt(inf), would be 0 exactly where the loss is largest.
+            s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6).clamp_(-MAX_GRADIENT, MAX_GRADIENT)
             grads.append(g)
         if not grads or not any(bool(n) for n in torch._foreach_norm(grads)):
             return False
@@ -1074,6 +1103,8 @@ FAILURE_CLASSES = (
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+# Largest gradient element Adam sees (its square must stay finite in float32).
+MAX_GRADIENT = 1e15
 # How many times max_descent a descent that keeps lowering its loss may run.
 DESCENT_EXTENSION = 3
 # The shortest step, as a share of the learning rate, that backtracking tries.

@@ -632,3 +632,65 @@ def test_descent_that_keeps_lowering_its_loss_runs_past_max_descent(seed):
     res = ValueSearch(seed=seed, **SEARCH).run(model, inputs)
     assert_repaired(model, inputs, res)
     assert res.method == "gradient"
+
+
+class ErfinvOfSteepPower(nn.Module):
+    """x ** -80 at x ~ 0.6: slopes near 1e20, whose squares overflow Adam's float32 moment."""
+
+    def forward(self, x):
+        return torch.erfinv(torch.pow(x, -80.0))
+
+
+def test_steep_gradients_still_move_the_values():
+    torch.manual_seed(0)
+    model, inputs = ErfinvOfSteepPower(), (torch.full([4], 0.6) + 0.05 * torch.rand(4),)
+    res = ValueSearch(seed=0, max_iters=40, budget_ms=2000.0).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"  # one descent, no resampling
+
+
+class LogitOfBatchNormWithDetachedStatistics(nn.Module):
+    """batch_norm refuses a gradient on its running statistics (reached here through detach):
+    its weight and bias must keep theirs, since only they can bring every output into (0, 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mean = nn.Parameter(torch.zeros(3))
+        self.var = nn.Parameter(torch.ones(3))
+        self.weight = nn.Parameter(torch.full([3], 2.0))
+        self.bias = nn.Parameter(torch.full([3], 0.5))
+
+    def forward(self, x):
+        y = F.batch_norm(x, self.mean.detach(), self.var.detach(), weight=self.weight, bias=self.bias,
+                         training=True, momentum=1.0)
+        return torch.logit(y)
+
+
+def test_op_refusing_some_gradient_operands_keeps_the_others():
+    torch.manual_seed(0)
+    model, inputs = LogitOfBatchNormWithDetachedStatistics(), (torch.randn(16, 3),)
+    res = ValueSearch(seed=0, max_iters=60, budget_ms=2000.0).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"
+    assert float(model.weight.abs().max()) < 0.5  # repaired through the weight
+
+
+class TanOfGatheredIntegers(nn.Module):
+    """tan(k) of integers k must lie in (-1, 1) and not be 0: k in {+-3, +-6, +-7, ...}, which
+    no sub-range draws; the gradient reaches k through gather although the index has a shadow
+    (it comes from an integer input) too."""
+
+    def forward(self, a, i):
+        k = torch.gather(a, 0, torch.remainder(i, a.size(0)))
+        t = torch.tan(k)
+        q = torch.div(t, t, rounding_mode="floor")
+        return q, torch.erfinv(t)
+
+
+def test_gradient_reaches_integer_data_through_an_integer_index():
+    torch.manual_seed(0)
+    model = TanOfGatheredIntegers()
+    inputs = (torch.randint(-8, 9, [8, 5]), torch.randint(-8, 9, [6, 5]))
+    # Resampling alone needs some 45 iterations (a lucky draw); descending, about 10.
+    res = ValueSearch(seed=0, max_iters=20, budget_ms=2000.0).run(model, inputs)
+    assert_repaired(model, inputs, res)
