@@ -53,6 +53,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
+from nnforge.core.dtypes import INT_SEARCH_WIDEN
 from nnforge.oracle.safe_domain import (
     COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, hinge_for,
     op_info, repair_loss,
@@ -1210,10 +1211,11 @@ def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
     lo, hi = int(x.min()), int(x.max())
     if hi - lo < 2:
         info = torch.iinfo(x.dtype)
-        lo, hi = max(info.min, lo - 8 if lo < 0 else 0), min(info.max, max(hi + 8, 8))
+        w = INT_SEARCH_WIDEN  # the generator's value facts count on this bound (core/dtypes.py)
+        lo, hi = max(info.min, lo - w if lo < 0 else 0), min(info.max, max(hi + w, w))
     else:
         if hi <= 0:  # a few draws that all came out non-positive: positives are as likely
-            hi = min(torch.iinfo(x.dtype).max, 8)
+            hi = min(torch.iinfo(x.dtype).max, INT_SEARCH_WIDEN)
         lo = min(lo, 0)  # 0 and 1 are where acos, erfinv and friends are finite (and valid indices)
     return lo, hi
 
