@@ -60,6 +60,8 @@ class Facts:
     negative: bool = False
     # Holds this very value (or may, where the graph leaves it open): a constant pad border.
     holds: float | None = None
+    # Holds a value <= 0 (the elementwise minimum with an operand that holds a 0)
+    nonpos: bool = False
     # Every element is one of these (a few values, from a bool or a small integer range through
     # elementwise ops): asin of a bool is 0 or pi/2, never inside logit's (0, 1).
     values: tuple[float, ...] | None = None
@@ -325,6 +327,58 @@ def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
     return None
 
 
+# Elementwise ops with f(0) = 0: a zero their operand holds survives them.
+_ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
+                           "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
+                           "deg2rad", "rad2deg", "sqrt", "expm1", "hardswish", "silu", "gelu", "mish", "elu", "selu",
+                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink",
+                           "contiguous", "dropout"})
+
+
+def _shift_facts(op: OpSpec, f: Facts, dtype: str) -> Facts | None:
+    """Bounds of x + s, x - s (alpha-scaled), s + x, s - x and rsub's s - alpha * x. Integer
+    results that may leave their dtype wrap around (uint8 x - 3): nothing known then."""
+    a = op.attrs
+    s, alpha = _number(a.get("scalar"), math.nan), _number(a.get("alpha"), 1.0)
+    if not (math.isfinite(s) and math.isfinite(alpha)):
+        return None
+    rop = a.get("form") == "rop"
+    if op.name == "add":
+        k, c = 1.0, s if rop else alpha * s
+    elif op.name == "sub":
+        k, c = (-1.0, s) if rop else (1.0, -alpha * s)
+    else:  # rsub
+        k, c = -alpha, s
+    ends = sorted((c + k * f.lo if math.isfinite(f.lo) or k else c, c + k * f.hi if math.isfinite(f.hi) or k else c))
+    if any(math.isnan(e) for e in ends):
+        return None
+    integral = f.integral and float(c).is_integer() and float(k).is_integer()
+    rng = _INT_RANGES.get(dtype)
+    if not is_float(dtype) and (rng is None or ends[0] < rng[0] or ends[1] > rng[1]):
+        return None
+    return Facts(ends[0], ends[1], integral=integral)
+
+
+def _sum_of_two(op: OpSpec, ins: list[Facts], dtype: str) -> Facts | None:
+    """Bounds of x + alpha * y and x - alpha * y (an alpha of 0 leaves x: add(x, y, alpha=0));
+    integer results that may leave their dtype wrap around: nothing known then."""
+    alpha = _number(op.attrs.get("alpha"), 1.0) * (-1.0 if op.name == "sub" else 1.0)
+    x, y = ins
+    if not math.isfinite(alpha):
+        return None
+    if alpha == 0:
+        ylo = yhi = 0.0
+    else:
+        ylo, yhi = sorted((alpha * y.lo, alpha * y.hi))
+    lo, hi = x.lo + ylo, x.hi + yhi
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    rng = _INT_RANGES.get(dtype)
+    if not is_float(dtype) and (rng is None or lo < rng[0] or hi > rng[1]):
+        return None
+    return Facts(lo, hi, integral=x.integral and (alpha == 0 or (y.integral and float(alpha).is_integer())))
+
+
 @dataclass(frozen=True)
 class _ScalarOp:
     """An integer-tensor-with-float-scalar op (float_scalar_promote) seen as the op it applies."""
@@ -477,7 +531,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed, values=g.values)
         elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
             pick = min if name in _LOWER_OF else max
-            f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins))
+            f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins),
+                      nonpos=name in _LOWER_OF and any(g.zero or g.nonpos or g.negative for g in ins))
         elif name == "bitwise_right_shift":
             f = _right_shift_facts(op, ins[0])
         elif name in _HULL:
@@ -511,6 +566,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
             centered, unit = _standardised(op)
             f = Facts(centered=centered, unit=unit)
+        elif len(ins) == 1 and "scalar" in op.attrs and name in ("add", "sub", "rsub"):
+            f = _shift_facts(op, ins[0], dt)
+        elif len(ins) == 2 and name in ("add", "sub"):
+            f = _sum_of_two(op, ins, dt)
         elif name == "copysign" and len(ins) == 2 and value_set(ins[0]) is not None:
             mags = {abs(v) for v in value_set(ins[0])}  # |x| with y's sign, which the graph leaves open
             points = tuple(sorted({m for m in mags} | {-m for m in mags}))
@@ -526,6 +585,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             if f is not None and name == "log_softmax":
                 f = replace(f, negative=True)
         f = base if f is None else f
+        if len(ins) == 1 and ins[0].zero and name in _ZERO_AT_ZERO and not f.zero:  # tril(x) -> hardswish
+            f = replace(f, zero=True)
         if f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
             f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
                       f.fixed)
@@ -591,6 +652,8 @@ def _never_finite(name: str, f: Facts) -> bool:
             return True
     if lo >= 0 and (f.negative or (f.centered and f.unit)):
         return True
+    if f.nonpos and (lo > 0 or (lo == 0 and lo_open)):  # log of min(tril(x), y)
+        return True
     if f.integral:
         if name in ("lgamma", "digamma"):
             lo, lo_open = 1, False
@@ -627,6 +690,31 @@ def _self_cancels(op: OpSpec) -> bool:
 
 _POWERS = frozenset({"pow", "float_power"})
 _SHRINKS = frozenset({"hardshrink", "softshrink"})
+
+
+# Where exp-like ops overflow: ln (log2 for exp2) of the result dtype's largest finite value;
+# sinh and cosh overflow beyond that plus ln 2, on either side.
+_LN_MAX = {"float16": math.log(65504.0), "bfloat16": math.log(3.3895e38), "float32": math.log(3.4028e38),
+           "float64": math.log(1.7976e308)}
+_OVERFLOWS = frozenset({"exp", "expm1", "exp2", "sinh", "cosh"})
+
+
+def _always_overflows(op: type[OpSpec] | OpSpec, f: Facts) -> bool:
+    """exp/expm1/exp2 of values above the overflow point, sinh/cosh of values beyond it (e.g. a
+    float16 exp of 100 - x for small integers x): inf whatever the inputs."""
+    sigs = getattr(op, "in_sigs", None)
+    if not sigs:
+        return False
+    dt = sigs[0][0] if is_float(sigs[0][0]) else "float32"
+    t = _LN_MAX.get(dt)
+    if t is None:
+        return False
+    if op.name == "exp2":
+        return f.lo > t / math.log(2.0)
+    if op.name in ("sinh", "cosh"):
+        t += math.log(2.0)
+        return f.lo > t or f.hi < -t
+    return f.lo > t
 
 
 def _xlogy_of_bits(ins: list[Facts]) -> bool:
@@ -726,6 +814,11 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
         d = ins[pos]
         if d.fixed or d.zero or _practical(d) == (0, 0):
             return True
+        points = value_set(d)
+        if points is not None and 0.0 in points and len(points) <= 2:  # x / mask: every element must be the other value
+            return True
+    if op.name in _OVERFLOWS and _always_overflows(op, ins[0]):
+        return True
     var_at = _running_var_at(op)
     if var_at is not None and var_at < len(ins) and _variance_never_positive(ins[var_at], op.attrs["eps"]):
         return True

@@ -40,7 +40,7 @@ STRAIGHT_THROUGH = frozenset(
     {
         "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "relu", "relu6", "hardtanh",
         "clamp", "clamp_min", "clamp_max", "threshold", "hardsigmoid", "hardswish", "heaviside",
-        "nan_to_num", "floor_divide", "softshrink", "hardshrink",
+        "nan_to_num", "floor_divide", "softshrink", "hardshrink", "rrelu",
         # No gradient by construction; a search through them still has to reach what they read.
         "detach", "detach_copy",
     }

@@ -405,3 +405,30 @@ def test_few_valued_operands_bits_and_negated_standardisations_are_seen_through(
 
     _, signed = _facts_through("copysign", [("bool", 2), ("float32", 2)], [bits, x])  # 0, 1 or -1
     assert signed.values == (-1.0, 0.0, 1.0) and _facts_through("logit", [("float32", 2)], [signed], eps=0.0)[0]
+
+
+def test_scalar_shifts_overflow_zeros_through_activations_and_minimums_are_seen_through():
+    from nnforge.generator.value_facts import Facts, placeholder_facts
+
+    i8 = placeholder_facts("int8")  # [-16, 16]
+    _, far = _facts_through("rsub", [("int8", 1)], [i8], scalar="100", alpha=None, form="fn")  # 100 - x
+    assert (far.lo, far.hi) == (84, 116)
+    _, half = _facts_through("to_float16", [("int8", 1)], [far])
+    assert _facts_through("expm1", [("float16", 1)], [half])[0]  # e ** 84 overflows float16
+    assert not _facts_through("expm1", [("float32", 1)], [Facts(84.0, 116.0)])[0]  # not all of float32's
+    assert _facts_through("exp", [("float32", 1)], [Facts(89.0, 116.0)])[0]
+    u8 = placeholder_facts("uint8")
+    assert _facts_through("sub", [("uint8", 1)], [u8], scalar="3", alpha=None, form="op")[1].lo == 0  # wraps: unknown
+
+    x = Facts()
+    _, tri = _facts_through("tril_triu", [("float32", 2)], [x])
+    _, act = _facts_through("hardswish", [("float32", 2)], [tri])  # hardswish(0) = 0
+    assert act.zero and _facts_through("log10", [("float32", 2)], [act])[0]
+    _, low = _facts_through("minimum", [("float32", 2)] * 2, [tri, _facts_through("exp", [("float32", 2)], [x])[1]])
+    assert low.nonpos and _facts_through("log", [("float32", 2)], [low])[0]
+    assert not _facts_through("sqrt", [("float32", 2)], [low])[0]  # min(0, e ** x) = 0 there: sqrt is fine
+
+    assert _facts_through("div", [("float32", 2), ("bool", 2)], [x, _facts_through("to_bool", [("float32", 2)], [x])[1]])[0]
+    _, sub = _facts_through("add", [("float32", 1)] * 2, [Facts(84.0, 116.0), x], alpha=0)  # x + 0 * y
+    assert (sub.lo, sub.hi) == (84, 116)
+    assert (lambda f: (f.lo, f.hi))(_facts_through("sub", [("float32", 1)] * 2, [Facts(1.0, 2.0), Facts(0.0, 3.0)], alpha=None)[1]) == (-2, 2)
