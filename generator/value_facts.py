@@ -125,7 +125,9 @@ _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
     "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
 }
-_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0))}
+_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0)),
+               # where finite (x > 0); an operand reaching 0 or below leaves no upper bound
+               "rsqrt": lambda x: 1.0 / math.sqrt(x) if x > 0 else INF}
 # Bounded results of unbounded operands that approach their bounds only asymptotically.
 # (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
 _SATURATING = frozenset({"tanh", "sigmoid", "erf", "erfc", "atan", "softsign", "logsigmoid"})
@@ -136,7 +138,7 @@ _ASYMPTOTES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "erf": (-1.0, 1.0), "
 # Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
 _STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
                      "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
-                     "logsigmoid"})
+                     "logsigmoid", "rsqrt"})
 _DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
 _RANGE = {  # output bounds whatever the input
     "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
@@ -563,6 +565,9 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name == "tril_triu":
             g = ins[0]
             f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=True)
+        elif name == "normalize":  # x / max(norm, eps): each element keeps its sign
+            g = ins[0]
+            f = Facts(0.0 if g.lo >= 0 else -INF, 0.0 if g.hi <= 0 else INF, negative=g.negative or g.hi < 0)
         elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
             centered, unit = _standardised(op)
             f = Facts(centered=centered, unit=unit)
@@ -717,6 +722,17 @@ def _always_overflows(op: type[OpSpec] | OpSpec, f: Facts) -> bool:
     return f.lo > t
 
 
+def _negative_power_sum(op: type[OpSpec] | OpSpec, f: Facts) -> bool:
+    """lp_pool is (sum x ** p) ** (1 / p): NaN for a negative x to a fractional p, and for a
+    negative sum under an odd p (every x < 0)."""
+    p = _number(getattr(op, "attrs", {}).get("norm_type"), math.nan)
+    if math.isnan(p):
+        return False
+    if not float(p).is_integer():
+        return _negative_somewhere(f)
+    return p % 2 == 1 and f.hi < 0
+
+
 def _xlogy_of_bits(ins: list[Facts]) -> bool:
     """xlogy(x, y) with y 0 or 1 is x * log(1) = 0, or -inf (x != 0), or 0 (x == 0): 0 wherever
     finite, whatever the inputs."""
@@ -818,6 +834,10 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
         if points is not None and 0.0 in points and len(points) <= 2:  # x / mask: every element must be the other value
             return True
     if op.name in _OVERFLOWS and _always_overflows(op, ins[0]):
+        return True
+    if op.name == "xlogy" and len(ins) == 2 and _negative_somewhere(ins[1]) and not ins[0].integral:
+        return True  # x * log(y < 0) is NaN unless x is exactly 0
+    if op.name in ("lp_pool1d", "lp_pool2d") and _negative_power_sum(op, ins[0]):
         return True
     var_at = _running_var_at(op)
     if var_at is not None and var_at < len(ins) and _variance_never_positive(ins[var_at], op.attrs["eps"]):

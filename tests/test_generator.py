@@ -432,3 +432,22 @@ def test_scalar_shifts_overflow_zeros_through_activations_and_minimums_are_seen_
     _, sub = _facts_through("add", [("float32", 1)] * 2, [Facts(84.0, 116.0), x], alpha=0)  # x + 0 * y
     assert (sub.lo, sub.hi) == (84, 116)
     assert (lambda f: (f.lo, f.hi))(_facts_through("sub", [("float32", 1)] * 2, [Facts(1.0, 2.0), Facts(0.0, 3.0)], alpha=None)[1]) == (-2, 2)
+
+
+def test_rsqrt_normalize_lp_pool_and_xlogy_domains_are_seen_through():
+    from nnforge.generator.value_facts import Facts
+
+    x = Facts()
+    _, s = _facts_through("softsign", [("float32", 1)], [x])
+    _, r = _facts_through("rsqrt", [("float32", 1)], [s])  # rsqrt of (0, 1): above 1, 1 only in saturation
+    assert r.lo == 1 and r.lo_limit and _facts_through("acos", [("float32", 1)], [r])[0]
+    _, neg = _facts_through("normalize", [("float32", 2)], [Facts(-5.0, -1.0)], p=2.0, eps=1e-3)
+    assert neg.hi <= 0 and _facts_through("log", [("float32", 2)], [neg])[0]
+    below = Facts(-2.0, -1.0)
+    assert _facts_through("lp_pool1d", [("float32", 3)], [below], norm_type=0.5)[0]
+    assert _facts_through("lp_pool1d", [("float32", 3)], [below], norm_type=3.0)[0]
+    assert not _facts_through("lp_pool1d", [("float32", 3)], [below], norm_type=2.0)[0]
+    assert not _facts_through("lp_pool1d", [("float32", 3)], [x], norm_type=3.0)[0]
+    _, logp = _facts_through("log_softmax", [("float32", 2)], [x])
+    assert _facts_through("xlogy", [("float32", 2)] * 2, [x, logp])[0]
+    assert not _facts_through("xlogy", [("float32", 2)] * 2, [x, x])[0]
