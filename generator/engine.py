@@ -162,6 +162,11 @@ def generate_graph(cfg: GeneratorConfig) -> Generated:
             del generator
 
 
+def _solved_attrs(spec: OpSpec, model: z3.ModelRef) -> dict:
+    """An op's attributes with the solver's choices filled in from `model`."""
+    return {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in spec.attrs.items()}
+
+
 class GraphGenerator:
     """One generator per model: `GraphGenerator(cfg).generate()`; the same config gives the same graph."""
 
@@ -357,7 +362,7 @@ class GraphGenerator:
         consumed = {i for n in self.nodes for i in n.inputs}
         onnx_ok = True
         for n in self.nodes:
-            attrs = {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in n.spec.attrs.items()}
+            attrs = _solved_attrs(n.spec, model)
             graph.nodes.append(Node(n.id, n.spec.name, attrs, list(n.inputs), list(n.outputs), sorted(n.spec.solver_attrs())))
             onnx_ok = onnx_ok and n.spec.exports_onnx(attrs, n.spec.in_sigs)
         graph.outputs = [o for n in self.nodes for o in n.outputs if o not in consumed]
@@ -416,15 +421,15 @@ class GraphGenerator:
     def _size_one_block(self, model: z3.ModelRef) -> z3.BoolRef | None:
         """A constraint that lifts some size-1 extent feeding a vulnerable op that the solved sizes
         make hopeless, or None when there is none (or no such extent can change)."""
-        ones: dict[int, tuple[_Node, dict, list[int]]] = {}  # node id -> (node, concrete attrs, axes)
+        ones: dict[int, tuple[dict, list[int], tuple[int, ...]]] = {}  # node id -> (solved attrs, axes, shape)
         for n in self.nodes:
             if n.spec.name not in SIZE_ONE_OPS:
                 continue
-            attrs = {k: (as_int(model, v) if isinstance(v, z3.ArithRef) else v) for k, v in n.spec.attrs.items()}
+            attrs = _solved_attrs(n.spec, model)
             axes = along_axes(n.spec, attrs)
-            shape = self.vals[n.inputs[0]].t.concretise(model)
+            shape = tuple(self.vals[n.inputs[0]].t.concretise(model))
             if axes is not None and all(shape[ax] == 1 for ax in axes):
-                ones[n.id] = (n, attrs, axes)
+                ones[n.id] = (attrs, axes, shape)
         if not ones:
             return None
         facts: dict[int, Facts] = {}
@@ -434,9 +439,7 @@ class GraphGenerator:
             ins = [self._facts_of(i, facts) for i in n.inputs]
             if hopeless(n.spec, ins):
                 doomed.append(n)
-            concrete = None
-            if n.id in ones:
-                concrete = Concrete((tuple(self.vals[n.inputs[0]].t.concretise(model)),), ones[n.id][1])
+            concrete = Concrete((ones[n.id][2],), ones[n.id][0]) if n.id in ones else None
             dts = [self.vals[o].t.dtype for o in n.outputs]
             facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts, concrete)))
             made_by.update((o, n) for o in n.outputs)
@@ -450,10 +453,10 @@ class GraphGenerator:
             seen.add(n.id)
             stack.extend(n.inputs)
             if n.id in ones:
-                lifts += self._lift_size_one(n, *ones[n.id][1:])
+                lifts += self._lift_size_one(n, ones[n.id][1])
         return z3.Or(lifts) if lifts else None
 
-    def _lift_size_one(self, n: _Node, attrs: dict, axes: list[int]) -> list[z3.BoolRef]:
+    def _lift_size_one(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
         """Ways for node `n` to stop working along extents of size 1: one of them grows (for a
         solver-chosen dim, the extent along whichever dim it picks)."""
         shape = self.vals[n.inputs[0]].t.shape

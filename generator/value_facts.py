@@ -71,7 +71,7 @@ def placeholder_facts(dtype: str) -> Facts:
     """Facts of a leaf value. Integer leaves are program inputs drawn from INPUT_INT_RANGE, and
     value search keeps them within the range they span, widened by INT_SEARCH_WIDEN at most."""
     f = dtype_facts(dtype)
-    if dtype in ("bool",) or is_float(dtype):
+    if dtype == "bool" or is_float(dtype):
         return f
     lo, hi = input_int_range(dtype)
     return Facts(max(f.lo, lo - INT_SEARCH_WIDEN), min(f.hi, hi + INT_SEARCH_WIDEN), integral=True)
@@ -202,6 +202,14 @@ def _clamp_fn(lo: float, hi: float):
     return lambda x: min(max(x, lo), hi)
 
 
+# Elementwise ops with f(0) = 0: a zero their operand holds survives them.
+_ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
+                           "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
+                           "deg2rad", "rad2deg", "sqrt", "expm1", "hardswish", "silu", "gelu", "mish", "elu", "selu",
+                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink",
+                           "contiguous", "dropout"})
+
+
 def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     """Facts of an elementwise unary result from its operand's, None when nothing is known."""
     name, a = op.name, op.attrs
@@ -245,9 +253,7 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
         lo_limit, hi_limit = lo_limit and lo2 == lo, hi_limit and hi2 == hi
         lo, hi = lo2, hi2
     integral = name in _INTEGRAL_RESULT or name == "round" or (f.integral and name in _KEEPS_INTEGRAL)
-    keeps_zero = f.zero and name in ("relu", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
-                                     "floor", "sinh", "tanh", "sin", "atan", "asinh", "erf", "softsign", "deg2rad",
-                                     "rad2deg", "sqrt", "expm1")
+    keeps_zero = f.zero and name in _ZERO_AT_ZERO
     symmetric = name in ("neg", "positive")  # a standardised value stays standardised
     out = Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit,
                 centered=symmetric and f.centered, unit=symmetric and f.unit)
@@ -329,14 +335,6 @@ def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
     return None
 
 
-# Elementwise ops with f(0) = 0: a zero their operand holds survives them.
-_ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
-                           "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
-                           "deg2rad", "rad2deg", "sqrt", "expm1", "hardswish", "silu", "gelu", "mish", "elu", "selu",
-                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink",
-                           "contiguous", "dropout"})
-
-
 def _shift_facts(op: OpSpec, f: Facts, dtype: str) -> Facts | None:
     """Bounds of x + s, x - s (alpha-scaled), s + x, s - x and rsub's s - alpha * x. Integer
     results that may leave their dtype wrap around (uint8 x - 3): nothing known then."""
@@ -351,14 +349,9 @@ def _shift_facts(op: OpSpec, f: Facts, dtype: str) -> Facts | None:
         k, c = (-1.0, s) if rop else (1.0, -alpha * s)
     else:  # rsub
         k, c = -alpha, s
-    ends = sorted((c + k * f.lo if math.isfinite(f.lo) or k else c, c + k * f.hi if math.isfinite(f.hi) or k else c))
-    if any(math.isnan(e) for e in ends):
-        return None
+    lo, hi = (c, c) if k == 0 else sorted((c + k * f.lo, c + k * f.hi))
     integral = f.integral and float(c).is_integer() and float(k).is_integer()
-    rng = _INT_RANGES.get(dtype)
-    if not is_float(dtype) and (rng is None or ends[0] < rng[0] or ends[1] > rng[1]):
-        return None
-    return Facts(ends[0], ends[1], integral=integral)
+    return _in_dtype(lo, hi, integral, dtype)
 
 
 def _sum_of_two(op: OpSpec, ins: list[Facts], dtype: str) -> Facts | None:
@@ -372,13 +365,19 @@ def _sum_of_two(op: OpSpec, ins: list[Facts], dtype: str) -> Facts | None:
         ylo = yhi = 0.0
     else:
         ylo, yhi = sorted((alpha * y.lo, alpha * y.hi))
-    lo, hi = x.lo + ylo, x.hi + yhi
+    integral = x.integral and (alpha == 0 or (y.integral and float(alpha).is_integer()))
+    return _in_dtype(x.lo + ylo, x.hi + yhi, integral, dtype)
+
+
+def _in_dtype(lo: float, hi: float, integral: bool, dtype: str) -> Facts | None:
+    """Facts(lo, hi) of an add/sub result, or None where the bounds are unusable (inf - inf) or an
+    integer result may leave its dtype, where it wraps around (uint8 x - 3)."""
     if math.isnan(lo) or math.isnan(hi):
         return None
     rng = _INT_RANGES.get(dtype)
     if not is_float(dtype) and (rng is None or lo < rng[0] or hi > rng[1]):
         return None
-    return Facts(lo, hi, integral=x.integral and (alpha == 0 or (y.integral and float(alpha).is_integer())))
+    return Facts(lo, hi, integral=integral)
 
 
 @dataclass(frozen=True)
@@ -577,7 +576,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _sum_of_two(op, ins, dt)
         elif name == "copysign" and len(ins) == 2 and value_set(ins[0]) is not None:
             mags = {abs(v) for v in value_set(ins[0])}  # |x| with y's sign, which the graph leaves open
-            points = tuple(sorted({m for m in mags} | {-m for m in mags}))
+            points = tuple(sorted(mags | {-m for m in mags}))
             f = Facts(min(points), max(points), integral=ins[0].integral, values=points) if len(points) <= _MAX_VALUES else None
         elif name == "xlogy" and _xlogy_of_bits(ins):
             f = Facts(0.0, 0.0, integral=True, zero=True)
