@@ -226,19 +226,31 @@ def run_reference(prog: Program) -> Reference:
 LOW_PRECISION_SLACK_EPS = 16.0
 
 
-def _low_precision_value_miss(expected: Any, c: Any) -> bool:
+def _failing_leaves(exp: Any, act: Any, c: Any, tensors_only: bool) -> tuple[Any, Any] | None:
+    """The (expected, actual) leaves where comparison `c` failed on values (not on structure),
+    as compare_outputs numbered them; None when `c` is no such failure."""
+    from nnforge.oracle.compare import flatten, tensor_leaves
+
+    if c.symptom not in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) or c.leaf_index is None:
+        return None
+    leaves = tensor_leaves(exp) if tensors_only else flatten(exp)
+    got = list(act) if tensors_only else [v for _, v in flatten(act)]
+    if c.leaf_index >= min(len(leaves), len(got)):
+        return None
+    return leaves[c.leaf_index][1], got[c.leaf_index]
+
+
+def _low_precision_value_miss(exp: Any, act: Any, c: Any, tensors_only: bool) -> bool:
     """A finite-value mismatch (not shape, dtype or NaN) on a float16/bfloat16 output leaf, small
     enough to come from computing in that precision (see LOW_PRECISION_SLACK_EPS)."""
     import torch
 
-    from nnforge.oracle.compare import FP64_MULTIPLIER_LOW_PRECISION, tensor_leaves
+    from nnforge.oracle.compare import FP64_MULTIPLIER_LOW_PRECISION
 
-    if c.symptom is not Symptom.MISMATCH or c.max_abs_err is None or c.leaf_index is None:
+    pair = _failing_leaves(exp, act, c, tensors_only)
+    if c.symptom is not Symptom.MISMATCH or c.max_abs_err is None or pair is None:
         return False
-    leaves = tensor_leaves(expected)
-    if c.leaf_index >= len(leaves):
-        return False
-    leaf = leaves[c.leaf_index][1]
+    leaf = pair[0]
     if getattr(leaf, "dtype", None) not in (torch.float16, torch.bfloat16):
         return False
     values = leaf.detach().to(torch.float64)
@@ -257,15 +269,10 @@ def _value_miss(exp: Any, act: Any, c: Any, tensors_only: bool) -> bool:
     the kind of miss that rounding noise may explain."""
     import torch
 
-    from nnforge.oracle.compare import flatten, tensor_leaves
-
-    if c.symptom not in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) or c.leaf_index is None:
+    pair = _failing_leaves(exp, act, c, tensors_only)
+    if pair is None:
         return False
-    leaves = tensor_leaves(exp) if tensors_only else flatten(exp)
-    got = list(act) if tensors_only else [v for _, v in flatten(act)]
-    if c.leaf_index >= min(len(leaves), len(got)):
-        return False
-    e, a = leaves[c.leaf_index][1], got[c.leaf_index]
+    e, a = pair
     return (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor) and not e.is_complex()
             and e.dtype == a.dtype and e.shape == a.shape)
 
@@ -283,7 +290,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
         for label, exp, act, f64, ties in parts:
             flat = backend.flat_outputs and label == "output"
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)
-            if not c.ok and backend.imprecise_in_low_precision and _low_precision_value_miss(exp, c):
+            if not c.ok and backend.imprecise_in_low_precision and _low_precision_value_miss(exp, act, c, flat):
                 return RungOutcome(backend.name, skipped=f"{backend.name} computes float16/bfloat16 without wider "
                                    f"accumulation; its {label} differs in value only ({c.detail}); the next rungs judge")
             if not c.ok and _value_miss(exp, act, c, flat) and (noise := ref.rounding_noise()) is not None:

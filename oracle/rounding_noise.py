@@ -229,6 +229,14 @@ def _exact(x: Any, source: Any, wide: Any) -> Any:
 
 
 # -- what the jittered runs show, per output element ------------------------------------------------
+def _comparable(eager: Any, jittered: list[Any]) -> list[Any]:
+    """The jittered runs' tensors that match eager's in shape and dtype (data-dependent shapes may
+    differ; such runs are left out)."""
+    import torch
+
+    return [j for j in jittered if isinstance(j, torch.Tensor) and j.shape == eager.shape and j.dtype == eager.dtype]
+
+
 @dataclass(frozen=True)
 class NoiseBand:
     """Where rounding alone puts one output tensor, element by element.
@@ -254,7 +262,7 @@ class NoiseBand:
 
         if not _floating(eager):
             return None
-        same = [j for j in jittered if isinstance(j, torch.Tensor) and j.shape == eager.shape and j.dtype == eager.dtype]
+        same = _comparable(eager, jittered)
         if not same:
             return None
         obs = torch.stack([eager.detach().cpu().to(torch.float64)] + [j.detach().cpu().to(torch.float64) for j in same])
@@ -298,7 +306,7 @@ class ExactBand:
 
         if not isinstance(eager, torch.Tensor) or eager.is_floating_point() or eager.is_complex() or eager.numel() == 0:
             return None
-        same = [j for j in jittered if isinstance(j, torch.Tensor) and j.shape == eager.shape and j.dtype == eager.dtype]
+        same = _comparable(eager, jittered)
         if not same:
             return None
         return cls(torch.stack([eager.detach().cpu()] + [j.detach().cpu() for j in same]), len(same))

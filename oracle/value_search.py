@@ -179,6 +179,14 @@ def _valued(proxy: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return proxy + (out.to(proxy.dtype) - proxy).detach()
 
 
+def _with_gradient_floor(out: torch.Tensor, x: Any) -> torch.Tensor:
+    """`out` plus GRADIENT_FLOOR times the identity's gradient on operand `x` (same values): a
+    flat increasing op (tanhshrink near 0 in bfloat16) still tells which way x should move."""
+    if _grad_float(x) and x.shape == out.shape:
+        return out + GRADIENT_FLOOR * (x - x.detach()).to(out.dtype)
+    return out
+
+
 class _StraightThrough(torch.autograd.Function):
     """Returns `value` unchanged; its gradient goes to `proxy` as if the op were the identity."""
 
@@ -339,12 +347,10 @@ class _Interceptor(TorchFunctionMode):
                 out = _StraightThrough.apply(out.detach(), x)
             elif name in NO_DERIVATIVE:
                 out = out.detach()  # no gradient beats a backward that raises
-            if name in MONOTONE_FLAT and out.requires_grad and _grad_float(x) and x.shape == out.shape:
-                out = out + GRADIENT_FLOOR * (x - x.detach()).to(out.dtype)
+            if name in MONOTONE_FLAT and out.requires_grad:
+                out = _with_gradient_floor(out, x)
         elif name in MONOTONE_FLAT and out.is_floating_point():
-            x = args[0] if args else None
-            if _grad_float(x) and x.shape == out.shape:
-                out = out + GRADIENT_FLOOR * (x - x.detach()).to(out.dtype)
+            out = _with_gradient_floor(out, args[0] if args else None)
         elif name in INT_CASTS and not out.is_floating_point():
             x = args[0] if args else None
             if _grad_float(x) and x.shape == out.shape:
@@ -845,23 +851,29 @@ class _Run:
                 if s.is_param and has_inputs and self.samples % 2 == 0 and not all_slots:
                     continue
                 if s.bounds is not None:
-                    ilo, ihi = _int_range(s.bounds, self.samples)
-                    fresh = torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen).to(s.master.dtype)
+                    fresh = self._draw_ints(s, self.samples)
                 else:
                     fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(lo, hi, generator=self.gen)
                 s.master.copy_(fresh)
             for i in self.bool_inputs:
                 old = self.values[i]
                 # Masks: half set, all set, none set, mostly set.
-                p_true = (0.5, 1.0, 0.0, 0.9)[self.samples % 4]
-                fresh = torch.rand(old.shape, generator=self.gen) < p_true
-                new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
-                new.copy_(fresh)
-                self.values[i] = new
+                self.values[i] = self._draw_mask(old, (0.5, 1.0, 0.0, 0.9)[self.samples % 4])
         self._sync()
         self.adam.reset()
-        self.adam.scale = 1.0
         self.samples += 1
+
+    def _draw_ints(self, s: _Slot, k: int) -> torch.Tensor:
+        """Fresh master values for integer slot `s` from its k-th sub-range (INT_SUBRANGES)."""
+        ilo, ihi = _int_range(s.bounds, k)
+        return torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen).to(s.master.dtype)
+
+    def _draw_mask(self, old: torch.Tensor, p_true: float) -> torch.Tensor:
+        """A fresh boolean input like `old` (same strides), True with probability `p_true`."""
+        fresh = torch.rand(old.shape, generator=self.gen) < p_true
+        new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
+        new.copy_(fresh)
+        return new
 
     def _progress(self) -> tuple[int, int]:
         """How far a check run of the current values gets: the call index of its first
@@ -894,9 +906,7 @@ class _Run:
                 for k in range(len(INT_SUBRANGES)):
                     if time.perf_counter() > deadline:
                         break
-                    ilo, ihi = _int_range(s.bounds, k)
-                    fresh = torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen)
-                    s.master.copy_(fresh.to(s.master.dtype))
+                    s.master.copy_(self._draw_ints(s, k))
                     self._sync()
                     p = self._progress()
                     if p[0] == _ALL_FINITE:
@@ -911,9 +921,7 @@ class _Run:
                 for p_true in BOOL_DENSITIES:
                     if time.perf_counter() > deadline:
                         break
-                    fresh = torch.rand(old.shape, generator=self.gen) < p_true
-                    new = torch.empty_strided(old.shape, old.stride(), dtype=old.dtype, device=old.device)
-                    new.copy_(fresh)
+                    new = self._draw_mask(old, p_true)
                     self.values[i] = new
                     p = self._progress()
                     if p[0] == _ALL_FINITE:
