@@ -48,6 +48,8 @@ STRAIGHT_THROUGH = frozenset(
 # Of those, the ones autograd has no derivative for at all (backward raises): their own result
 # is detached before the straight-through identity is added.
 NO_DERIVATIVE = frozenset({"heaviside", "floor_divide", "rfloor_divide"})
+
+
 def _divide_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
     """x / y with the divisor held, for the gradient of x // y: straight through the rounding to
     the dividend, with the divisor's sign and scale (`v // -1.0` grows as v falls; the identity
@@ -81,12 +83,7 @@ def _remainder_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
         y_d = y.detach()
         ratio = torch.where(y_d == 0, 0.0, out.detach() / torch.where(y_d == 0, 1.0, y_d))
         parts.append(ratio * (y - y_d))
-    if not parts:
-        return None
-    proxy = out.detach()
-    for p in parts:
-        proxy = proxy + p
-    return proxy
+    return out.detach() + sum(parts) if parts else None
 
 
 def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, Any]:
