@@ -124,7 +124,7 @@ def main() -> None:
                          "cores, OpenMP's spin-waits make small ops 10-100x slower on a shared machine")
     ap.add_argument("--no-diagnose", action="store_true",
                     help="skip the failure breakdown (it reruns each failed program on 24 random draws)")
-    ap.add_argument("--dump", type=Path, default=None, help="write each failed program to DIR/n<nodes>_seed<seed>.py")
+    ap.add_argument("--dump", type=Path, default=None, metavar="DIR", help="write each failed program to DIR/n<nodes>_seed<seed>.py")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
