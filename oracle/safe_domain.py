@@ -86,6 +86,20 @@ def _remainder_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
     return out.detach() + sum(parts) if parts else None
 
 
+def _atan2_proxy(y: Any, x: Any, out: torch.Tensor) -> torch.Tensor | None:
+    """atan2's slope with exact zeros of y read as 1. atan2(0, x) is 0 or pi by the sign of x,
+    but its slope in x, -y / (x^2 + y^2), is 0 there: a log or sqrt downstream that needs pi
+    could never pull x negative (y = erfinv(heaviside(v, w)) is often exactly 0). atan2(1, x)
+    falls with x as the step from pi to 0 does, with a slope Adam can use (a tiny y's slope
+    would vanish in its float32 second moment). Only the gradient changes, never the value."""
+    if not (isinstance(y, torch.Tensor) and isinstance(x, torch.Tensor) and y.is_floating_point()):
+        return None
+    zero = y.detach() == 0
+    if not (x.requires_grad and bool(zero.any())):
+        return None
+    return torch.atan2(torch.where(zero, torch.ones_like(y), y), x)
+
+
 def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, Any]:
     return _arg(args, kwargs, 0, first, "input", "self"), _arg(args, kwargs, 1, second, "other")
 
@@ -98,6 +112,7 @@ PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | 
     "fmod": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
     "remainder": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
     "rremainder": lambda a, k, out: _remainder_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
+    "atan2": lambda a, k, out: _atan2_proxy(*_operands(a, k, "input", "other"), out),
 }
 # Monotone increasing operators whose true gradient vanishes on large regions: saturation
 # (tanh(20), sigmoid(-100), elu(-100)), or rounding in low precision (tanhshrink(0.02) is 0 in

@@ -694,3 +694,23 @@ def test_gradient_reaches_integer_data_through_an_integer_index():
     # Resampling alone needs some 45 iterations (a lucky draw); descending, about 10.
     res = ValueSearch(seed=0, max_iters=20, budget_ms=2000.0).run(model, inputs)
     assert_repaired(model, inputs, res)
+
+
+class LogOfAtan2OnExactZeros(nn.Module):
+    """log(atan2(0, w)) is finite only where w < 0 (atan2(0, w) = pi). atan2's true slope in w is
+    0 where y is exactly 0, so only the proxy gradient can pull w across."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(12) + 0.5)
+
+    def forward(self, x):
+        y = torch.erfinv(torch.heaviside(x, torch.zeros(())))  # exactly 0 wherever x <= 0
+        return torch.log(torch.atan2(y, self.w))
+
+
+def test_atan2_with_an_exactly_zero_numerator_moves_its_denominator():
+    model, inputs = LogOfAtan2OnExactZeros(), (-torch.rand(12) - 0.5,)
+    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert bool((model.w.detach() < 0).all())
