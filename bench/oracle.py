@@ -87,8 +87,10 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             crashed += 1
             continue
         s = out.value.get("search")
-        if out.value["status"] == "invalid" and not s:
-            invalid += 1  # eager itself raised: not a value problem
+        if out.value["status"] == "invalid":
+            # eager raised on the program's own inputs (the search then stops at once, "program
+            # raises"): a generator validity problem, counted apart from value search
+            invalid += 1
             continue
         searched += 1
         ok = bool(s and s["success"])

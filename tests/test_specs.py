@@ -50,3 +50,27 @@ def test_dilated_max_pool_windows_always_hold_an_input_element():
         first = outs[0] if isinstance(outs, tuple) else outs
         assert bool(torch.isfinite(first).all()), (seed, case.program)
     assert dilated >= 12, "too few dilated pools to test anything"
+
+
+def test_layout_sensitive_ops_accept_any_strided_input():
+    """Eager raises, for any values, on max_pool3d of an unbatched channels-last input and on
+    take_along_dim without a dim of a non-contiguous one; the generated calls make a contiguous
+    copy first, so that such a program is a test, not an invalid case."""
+    import torch
+    import torch.nn.functional as F  # noqa: F401  (the generated call names F)
+
+    from nnforge.generator.materialize import spec_instance
+
+    pool = spec_instance("max_pool3d", [("float32", 4)], "t")
+    pool.attrs.update(kernel=1, stride_form="none", padding=0, dilation=1, ceil_mode=False, return_indices=False)
+    call = pool.materialize(["x"], pool.attrs, [(8, 2, 3, 4)])
+    x = torch.randn(8, 2, 3, 4).clone(memory_format=torch.channels_last)
+    with pytest.raises(RuntimeError):
+        F.max_pool3d(x, 1)  # the eager behaviour the spec works around
+    assert torch.equal(eval(call, {"torch": torch, "F": F, "x": x}), F.max_pool3d(x.contiguous(), 1))
+
+    take = spec_instance("take_along_dim", [("float32", 2), ("int64", 1)], "t")
+    take.attrs.update(form="flat", dim=None)
+    call = take.materialize(["x", "i"], take.attrs, [(12, 8), (2,)])
+    x, i = torch.randn(12, 16)[:, :8], torch.tensor([3, 9])
+    assert torch.equal(eval(call, {"torch": torch, "x": x, "i": i}), x.reshape(-1)[i])

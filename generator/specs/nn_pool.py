@@ -146,7 +146,12 @@ class MaxPool2d(_WindowPool):
         return outs
 
     def materialize(self, ins, a, in_shapes):
-        return f"F.max_pool{self.n}d({ins[0]}, {self._window_args(a)}, return_indices={a['return_indices']})"
+        x = ins[0]
+        if self.n == 3 and len(in_shapes[0]) == 4:
+            # eager's CPU max_pool3d rejects an unbatched input in the 4-d channels-last layout
+            # ("Unsupported memory format"), which an earlier clone may have given it
+            x = f"{x}.contiguous()"
+        return f"F.max_pool{self.n}d({x}, {self._window_args(a)}, return_indices={a['return_indices']})"
 
     def exports_onnx(self, a, in_sigs):
         return _onnx_pool_ok(self.n, in_sigs)

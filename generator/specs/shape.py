@@ -1349,7 +1349,8 @@ class TakeAlongDim(ShapeSpec):
         if a["form"] == "flat":
             n = math.prod(in_shapes[0])
             idx = f"torch.remainder({ins[1]}, {ins[0]}.numel())" if n else ins[1]
-            return f"torch.take_along_dim({ins[0]}, {idx})"
+            # without a dim, eager views the input as 1-d and raises on a non-contiguous one
+            return f"torch.take_along_dim({ins[0]}.contiguous(), {idx})"
         d = a["dim"]
         x_size = in_shapes[0][wrap(d, len(in_shapes[0]))]
         idx = _folded(ins[1], ins[0], d, len(in_shapes[0])) if x_size else ins[1]
