@@ -23,7 +23,8 @@ from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
-    SIZE_ONE_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, value_facts,
+    SIZE_ONE_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, shrinks_help,
+    value_facts,
 )
 
 
@@ -382,11 +383,15 @@ class GraphGenerator:
         is forced) the last model stands: generation never fails for this."""
         blocks: list[z3.BoolRef] = []
         for _ in range(self.SIZE_ONE_ROUNDS):
-            block = self._size_one_block(model)
-            if block is None:
+            wants = self._size_one_block(model)  # one per doomed op: all of them at once, or else any
+            if not wants:
                 return model
-            blocks.append(block)
-            better = self._solve_with(blocks)
+            better = None
+            for block in [z3.And(wants)] + ([z3.Or(wants)] if len(wants) > 1 else []):
+                better = self._solve_with(blocks + [block])
+                if better is not None:
+                    blocks.append(block)
+                    break
             if better is None:
                 return model
             model = better
@@ -418,9 +423,11 @@ class GraphGenerator:
             keep = [k for k in keep if k.get_id() not in core]
         return None
 
-    def _size_one_block(self, model: z3.ModelRef) -> z3.BoolRef | None:
-        """A constraint that lifts some size-1 extent feeding a vulnerable op that the solved sizes
-        make hopeless, or None when there is none (or no such extent can change)."""
+    def _size_one_block(self, model: z3.ModelRef) -> list[z3.BoolRef]:
+        """For each vulnerable op that the solved sizes make hopeless, a constraint that changes
+        some extent feeding it (none where no such extent can change): a size-1 extent grows; one
+        of 3 or more that a softmax or a permutation works along (asin of log_softmax over 3
+        elements, acos of argsort indices) shrinks to 2."""
         ones: dict[int, tuple[dict, list[int], tuple[int, ...]]] = {}  # node id -> (solved attrs, axes, shape)
         for n in self.nodes:
             if n.spec.name not in SIZE_ONE_OPS:
@@ -428,10 +435,10 @@ class GraphGenerator:
             attrs = _solved_attrs(n.spec, model)
             axes = along_axes(n.spec, attrs)
             shape = tuple(self.vals[n.inputs[0]].t.concretise(model))
-            if axes is not None and all(shape[ax] == 1 for ax in axes):
+            if axes is not None and (all(shape[ax] == 1 for ax in axes) or shrinks_help(n.spec, attrs, shape)):
                 ones[n.id] = (attrs, axes, shape)
         if not ones:
-            return None
+            return []
         facts: dict[int, Facts] = {}
         made_by: dict[int, _Node] = {}
         doomed: list[_Node] = []
@@ -443,18 +450,34 @@ class GraphGenerator:
             dts = [self.vals[o].t.dtype for o in n.outputs]
             facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts, concrete)))
             made_by.update((o, n) for o in n.outputs)
-        lifts: list[z3.BoolRef] = []
-        seen: set[int] = set()
-        stack = [i for n in doomed for i in n.inputs]
-        while stack:  # the size-1 nodes upstream of the doomed ops
-            n = made_by.get(stack.pop())
-            if n is None or n.id in seen:
-                continue
-            seen.add(n.id)
-            stack.extend(n.inputs)
-            if n.id in ones:
-                lifts += self._lift_size_one(n, ones[n.id][1])
-        return z3.Or(lifts) if lifts else None
+        wants: list[z3.BoolRef] = []
+        for d in doomed:
+            lifts: list[z3.BoolRef] = []
+            seen: set[int] = set()
+            stack = list(d.inputs)
+            while stack:  # the size-1 (or shrinkable) nodes upstream of the doomed op
+                n = made_by.get(stack.pop())
+                if n is None or n.id in seen:
+                    continue
+                seen.add(n.id)
+                stack.extend(n.inputs)
+                if n.id in ones:
+                    _, axes, shape = ones[n.id]
+                    if all(shape[ax] == 1 for ax in axes):
+                        lifts += self._lift_size_one(n, axes)
+                    else:
+                        lifts += self._shrink_extent(n, axes)
+            if lifts:
+                wants.append(z3.Or(lifts))
+        return wants
+
+    def _shrink_extent(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
+        """Ways for node `n` to work along 2 elements at most (one axis only)."""
+        shape = self.vals[n.inputs[0]].t.shape
+        dim = n.spec.attrs.get("dim")
+        if isinstance(dim, z3.ArithRef) and shape:
+            return [pick(shape, norm_dim(dim, len(shape))) <= 2]
+        return [shape[ax] <= 2 for ax in axes if not isinstance(shape[ax], int)] if len(axes) == 1 else []
 
     def _lift_size_one(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
         """Ways for node `n` to stop working along extents of size 1: one of them grows (for a

@@ -65,13 +65,21 @@ class Facts:
     # Every element is one of these (a few values, from a bool or a small integer range through
     # elementwise ops): asin of a bool is 0 or pi/2, never inside logit's (0, 1).
     values: tuple[float, ...] | None = None
+    # Holds a value <= this: log_softmax over n elements (one probability is at most 1/n).
+    at_most: float | None = None
+    # A float whose elements are exactly 0 only by accident (a float input, and values that
+    # injective ops and rearrangements make of it): heaviside(x, v) never takes v's values in
+    # practice. False where an op may make exact zeros (relu, tril, masks, x - y).
+    continuous: bool = False
 
 
 def placeholder_facts(dtype: str) -> Facts:
     """Facts of a leaf value. Integer leaves are program inputs drawn from INPUT_INT_RANGE, and
     value search keeps them within the range they span, widened by INT_SEARCH_WIDEN at most."""
     f = dtype_facts(dtype)
-    if dtype == "bool" or is_float(dtype):
+    if is_float(dtype):
+        return replace(f, continuous=True)  # value search moves floats continuously, never onto 0
+    if dtype == "bool":
         return f
     lo, hi = input_int_range(dtype)
     return Facts(max(f.lo, lo - INT_SEARCH_WIDEN), min(f.hi, hi + INT_SEARCH_WIDEN), integral=True)
@@ -138,7 +146,7 @@ _ASYMPTOTES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "erf": (-1.0, 1.0), "
 # Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
 _STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
                      "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
-                     "logsigmoid", "rsqrt"})
+                     "logsigmoid", "rsqrt", "bitwise_not"})
 _DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
 _RANGE = {  # output bounds whatever the input
     "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
@@ -146,7 +154,7 @@ _RANGE = {  # output bounds whatever the input
     "asin": (-math.pi / 2, math.pi / 2), "atan2": (-math.pi, math.pi), "cosh": (1, INF), "i0": (1, INF),
     "softplus": (0, INF), "square": (0, INF), "frac": (-1, 1), "count_nonzero": (0, INF),
 }
-_INTEGRAL_RESULT = frozenset({"floor", "ceil", "trunc", "sgn", "sign", "count_nonzero"})
+_INTEGRAL_RESULT = frozenset({"floor", "ceil", "trunc", "sgn", "sign", "count_nonzero", "bitwise_not"})
 _KEEPS_INTEGRAL = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "hardtanh", "clamp"})
 # Same elements (maybe reordered, repeated or reshaped): every fact carries over.
 _REARRANGE = frozenset({"contiguous", "flip", "roll", "permute", "transpose", "t", "movedim", "reshape", "view",
@@ -202,6 +210,30 @@ def _clamp_fn(lo: float, hi: float):
     return lambda x: min(max(x, lo), hi)
 
 
+def _bitwise_not_fn(op: OpSpec):
+    """~x as arithmetic on the operand's dtype: logical not on bool, 255 - x on uint8, -x - 1 on
+    signed integers (decreasing in each case)."""
+    dt = op.in_sigs[0][0] if getattr(op, "in_sigs", None) else None
+    if dt == "bool":
+        return lambda x: 1.0 - x
+    if dt == "uint8":
+        return lambda x: 255.0 - x
+    return lambda x: -x - 1.0
+
+
+def _shrink_fn(op: OpSpec):
+    """hardshrink (x beyond +-lambd, else 0) and softshrink (x moved lambd towards 0, else 0):
+    both non-decreasing for lambd >= 0 (hardshrink of a negative lambd is x itself)."""
+    lambd = _number(op.attrs.get("lambd"), 0.5)
+    if math.isnan(lambd):
+        return None
+    if op.name == "hardshrink":
+        return lambda x: x if (x > lambd or x < -lambd) else 0.0
+    if lambd < 0:
+        return None
+    return lambda x: x - lambd if x > lambd else x + lambd if x < -lambd else 0.0
+
+
 # Elementwise ops with f(0) = 0: a zero their operand holds survives them.
 _ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
                            "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
@@ -213,21 +245,32 @@ _ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", 
 def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     """Facts of an elementwise unary result from its operand's, None when nothing is known."""
     name, a = op.name, op.attrs
+    if name == "softplus" and not (_number(a.get("beta"), 1.0) > 0 and _number(a.get("threshold"), 20.0) >= 0):
+        return None  # its linear branch returns x itself where beta * x > threshold: x < 0 too
     fn = _INCREASING.get(name)
+    dec = _DECREASING.get(name) or (_bitwise_not_fn(op) if name == "bitwise_not" else None)
     if name == "hardtanh":
         fn = _clamp_fn(_number(a.get("min_val"), -1.0), _number(a.get("max_val"), 1.0))
     elif name == "clamp":
         fn = _clamp_fn(_number(a.get("min"), -INF), _number(a.get("max"), INF))
     elif name == "round" and a.get("decimals") in (None, 0):
         fn = round
+    elif name in _SHRINKS:
+        fn = _shrink_fn(op)
+    elif name == "leaky_relu":
+        slope = _number(a.get("negative_slope"), 0.01)
+        fn = (lambda x: x if x >= 0 else slope * x if slope else 0.0) if slope >= 0 else None  # non-decreasing
     lo_limit = hi_limit = False
     if fn is not None:
         lo, hi = _safe(fn, f.lo), _safe(fn, f.hi)
         # floor(0 + tiny) is 0, attained; floor(1 - tiny) is 0 too: 1 stays out of reach (ceil mirrors)
         lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc")
         hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc")
-    elif name in _DECREASING:
-        lo, hi = _safe(_DECREASING[name], f.hi), _safe(_DECREASING[name], f.lo)
+        if name in _SHRINKS:  # a limit survives outside the dead zone only: values near it become 0
+            lambd = _number(a.get("lambd"), 0.5)
+            lo_limit, hi_limit = f.lo_limit and abs(f.lo) > lambd, f.hi_limit and abs(f.hi) > lambd
+    elif dec is not None:
+        lo, hi = _safe(dec, f.hi), _safe(dec, f.lo)
         lo_limit = _limit(name, f.hi, f.hi_limit, lo, INF)
         hi_limit = _limit(name, f.lo, f.lo_limit, hi, -INF)
     elif name == "digamma" and f.lo >= 0 and f.hi <= 1:  # softmax, sigmoid: digamma below digamma(1)
@@ -255,9 +298,12 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     integral = name in _INTEGRAL_RESULT or name == "round" or (f.integral and name in _KEEPS_INTEGRAL)
     keeps_zero = f.zero and name in _ZERO_AT_ZERO
     symmetric = name in ("neg", "positive")  # a standardised value stays standardised
+    # an element <= f.at_most stays <= fn(f.at_most) through a non-decreasing op
+    at_most = _safe(fn, f.at_most) if fn is not None and f.at_most is not None else None
     out = Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit,
-                centered=symmetric and f.centered, unit=symmetric and f.unit)
-    mapped = _mapped_values(name, fn, f)
+                centered=symmetric and f.centered, unit=symmetric and f.unit,
+                at_most=at_most if at_most is not None and math.isfinite(at_most) else None)
+    mapped = _mapped_values(name, fn or dec, f)
     if mapped is not None:
         out = replace(out, lo=min(mapped), hi=max(mapped), values=mapped, zero=0.0 in mapped and len(mapped) > 1)
     return out
@@ -266,10 +312,23 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
 # Elementwise ops whose value on a known point is worth computing (besides the monotone ones).
 _POINTWISE = {
     "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "sgn": lambda x: float((x > 0) - (x < 0)),
-    "sin": math.sin, "cos": math.cos, "cosh": math.cosh, "i0": lambda x: math.cosh(x) if x == 0 else math.nan,
+    "sin": math.sin, "cos": math.cos, "cosh": math.cosh, "i0": lambda x: _i0(x),
     "square": lambda x: x * x, "frac": lambda x: x - math.trunc(x),
 }
 _MAX_VALUES = 5
+
+
+def _i0(x: float) -> float:
+    """The modified Bessel function I0 (its power series; inf where it overflows)."""
+    if abs(x) > 700:
+        return INF
+    term = total = 1.0
+    k = 0
+    while term > 1e-17 * total:
+        k += 1
+        term *= (x / 2) ** 2 / (k * k)
+        total += term
+    return total
 
 
 def value_set(f: Facts) -> tuple[float, ...] | None:
@@ -285,7 +344,7 @@ def _mapped_values(name: str, fn: Any, f: Facts) -> tuple[float, ...] | None:
     """The operand's value set through elementwise op `name` (values where it is non-finite
     dropped: value search needs it finite anyway); None when unknown."""
     points = value_set(f)
-    fn = fn or _DECREASING.get(name) or _POINTWISE.get(name)
+    fn = fn or _POINTWISE.get(name)
     if points is None or fn is None:
         return None
     try:
@@ -329,8 +388,15 @@ def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
         return Facts(lo, hi, zero=f.zero)
     if op.name in ("fmod", "remainder") and s != 0:
         m = abs(s) - 1 if integral else abs(s)  # |result| < |s|
-        if op.name == "fmod":  # the dividend's sign
-            return Facts(-m if f.lo < 0 else 0.0, m if f.hi > 0 else 0.0, integral)
+        if op.name == "fmod":  # the dividend's sign, and |fmod(x, s)| <= |x|
+            # fmod is exact: |result| < |s| strictly, so +-|s| is a bound never met (acosh(fmod(x, -1)))
+            if -abs(s) < f.lo and f.hi < abs(s):  # x itself
+                return Facts(f.lo, f.hi, f.integral, lo_limit=f.lo_limit, hi_limit=f.hi_limit)
+            lo = max(f.lo, -m) if f.lo < 0 else 0.0
+            hi = min(f.hi, m) if f.hi > 0 else 0.0
+            lo_limit = lo < 0 and ((lo == -m and not integral) or (lo == f.lo and f.lo_limit))
+            hi_limit = hi > 0 and ((hi == m and not integral) or (hi == f.hi and f.hi_limit))
+            return Facts(lo, hi, integral, lo_limit=lo_limit, hi_limit=hi_limit)
         return Facts(0.0, m, integral) if s > 0 else Facts(-m, 0.0, integral)  # the divisor's sign
     return None
 
@@ -416,11 +482,11 @@ def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
 _ABSORBING = {"bitwise_or": -1.0, "bitwise_and": 0.0}
 
 
-def _hull(fs: list[Facts], with_zero: bool = False) -> Facts:
+def _hull(fs: list[Facts], with_zero: bool = False, averaged: bool = False) -> Facts:
     lo, hi = min(f.lo for f in fs), max(f.hi for f in fs)
     if with_zero:
         lo, hi = min(lo, 0.0), max(hi, 0.0)
-    return Facts(lo, hi, integral=all(f.integral for f in fs))
+    return Facts(lo, hi, integral=not averaged and all(f.integral for f in fs))  # a mean of integers is not one
 
 
 def same_values_as(op: OpSpec, inputs: list[int]) -> int | None:
@@ -435,7 +501,33 @@ def same_values_as(op: OpSpec, inputs: list[int]) -> int | None:
         return 0
     if name in _SAME_OF_TWO and len(inputs) == 2 and inputs[0] == inputs[1]:
         return 0
+    if _keeps_layout(op):
+        return 0
     return None
+
+
+def _keeps_layout(op: OpSpec) -> bool:
+    """A layout op that leaves shape and order as they are: t() or a transpose of a 1-D value,
+    flatten over a single dim, the identity permutation, a reshape of a 1-D value to 1-D."""
+    name, a, rank = op.name, op.attrs, op.in_sigs[0][1] if op.in_sigs else -1
+    if name == "t":
+        return rank <= 1
+    if name == "flatten":
+        return rank >= 1 and _wrapped(a.get("start_dim"), rank) == _wrapped(a.get("end_dim"), rank) is not None
+    if name == "transpose":
+        return rank <= 1 or _wrapped(a.get("dim0"), rank) == _wrapped(a.get("dim1"), rank) is not None
+    if name == "permute":
+        dims = a.get("dims")
+        return isinstance(dims, tuple) and [_wrapped(d, rank) for d in dims] == list(range(rank))
+    if name in ("reshape", "view") and a.get("mode") != "split":  # 1-D to 1-D: the same numel, the same shape
+        return rank == 1 and sum(1 for k in a if k.startswith("size")) == 1
+    return False
+
+
+def _wrapped(d: Any, rank: int) -> int | None:
+    if not isinstance(d, int) or isinstance(d, bool):
+        return None
+    return d + max(rank, 1) if d < 0 else d
 
 
 def _is_index_output(op: OpSpec, pos: int) -> bool:
@@ -485,16 +577,64 @@ def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
 
 
 def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete) -> Facts | None:
-    """The constant result of a SIZE_ONE_OPS op along extents of size 1, or None."""
-    axes = along_axes(op, concrete.attrs)
-    if axes is None or not all(_is_one(concrete.in_shapes[0][ax]) for ax in axes):
+    """Facts of a SIZE_ONE_OPS result that the sizes it works along decide, or None: a constant
+    along extents of size 1; along n > 1 elements, what n alone guarantees (see `_sized_facts`)."""
+    n = extent(op, concrete)
+    if n is None:
         return None
+    if n != 1:
+        return _sized_facts(op, pos, n)
     if op.name == "softmax":
         return Facts(1.0, 1.0, integral=True, fixed=True)
     if op.name == "log_softmax" or _is_index_output(op, pos):
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
     if op.name == "std_var" and pos == 0:  # the spread of one element (the spec keeps correction 0 there)
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
+    return None
+
+
+def extent(op: OpSpec, concrete: Concrete) -> int | None:
+    """How many elements a SIZE_ONE_OPS op works along, where the sizes are known (solved, or
+    literal before solving); None otherwise."""
+    axes = along_axes(op, concrete.attrs)
+    if axes is None:
+        return None
+    sizes = [concrete.in_shapes[0][ax] for ax in axes]
+    if not all(isinstance(d, int) for d in sizes):
+        return None
+    return math.prod(sizes)
+
+
+def shrinks_help(op: OpSpec, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> bool:
+    """Whether `op` (softmax, log_softmax, a permutation of indices) works along 3 or more elements
+    at solved sizes, where what it holds (a probability <= 1/n, the index n - 1) grows out of
+    reach of some domains as n grows."""
+    if op.name not in ("softmax", "log_softmax") and not any(_is_permutation(op, pos) for pos in (0, 1)):
+        return False
+    n = extent(op, Concrete((shape,), attrs))
+    return n is not None and n >= 3
+
+
+def _is_permutation(op: OpSpec, pos: int) -> bool:
+    """Indices that are a permutation along the dim: argsort, and sort's second result."""
+    return op.name == "sort" and (pos == 1 or op.attrs.get("fn") == "argsort")
+
+
+def _sized_facts(op: OpSpec, pos: int, n: int) -> Facts | None:
+    """What n >= 2 elements along the dim guarantee: probabilities sum to 1, so softmax holds one
+    <= 1/n (log_softmax one <= -ln n) and reaches 1 (0) only in saturation; a permutation of
+    indices holds n - 1; any index is below n."""
+    if n < 2:
+        return None
+    if op.name == "softmax":
+        return Facts(0.0, 1.0, hi_limit=True, at_most=1.0 / n)
+    if op.name == "log_softmax":
+        return Facts(-INF, 0.0, hi_limit=True, negative=True, at_most=-math.log(n))
+    if _is_permutation(op, pos):
+        values = tuple(float(v) for v in range(n)) if n <= _MAX_VALUES else None
+        return Facts(0.0, float(n - 1), integral=True, zero=True, holds=float(n - 1), values=values)
+    if _is_index_output(op, pos):
+        return Facts(0.0, float(n - 1), integral=True, zero=True)
     return None
 
 
@@ -510,8 +650,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
     for pos, dt in enumerate(out_dtypes):
         base = dtype_facts(dt)
         f: Facts | None = _size_one_facts(op, pos, concrete) if concrete is not None else None
-        constant = f is not None  # fixed whatever the inputs, though they are not
-        if constant:
+        constant = f is not None and f.fixed  # fixed whatever the inputs, though they are not
+        if f is not None:
             pass
         elif same_operands and _self_cancels(op):
             v = _SELF_CANCELLED_VALUE[name]
@@ -528,16 +668,28 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in _REARRANGE:
             f = ins[0]
         elif name in _SUBSET:
-            g = ins[0]
-            f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed, values=g.values)
+            f = _subset_facts(op, pos, ins[0])
+        elif name == "atan2" and len(ins) == 2:
+            f = _atan2_facts(*ins)
+        elif name == "heaviside" and len(ins) == 2:
+            f = _heaviside_facts(*ins)
+        elif name in ("addcmul", "addcdiv") and _number(op.attrs.get("value"), 1.0) == 0:
+            f = ins[0]  # x + 0 * (t1 * t2): x wherever finite
+        elif name == "pairwise_distance":
+            eps = _number(op.attrs.get("eps"), 1e-6)
+            f = Facts(0.0, 0.0, integral=True, zero=True) if same_operands and eps == 0 else Facts(0.0, INF)
+        elif name == "std_var" and pos == 0:
+            f = Facts(0.0, INF)
         elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
             pick = min if name in _LOWER_OF else max
             f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins),
                       nonpos=name in _LOWER_OF and any(g.zero or g.nonpos or g.negative for g in ins))
         elif name == "bitwise_right_shift":
             f = _right_shift_facts(op, ins[0])
+        elif name.startswith("avg_pool") and op.attrs.get("divisor_override") is not None:
+            f = _sum_facts(ins[0])  # a window sum divided by a fixed number (1, say): the sign is all that is left
         elif name in _HULL:
-            f = _hull(ins, with_zero=name.startswith("avg_pool"))
+            f = _hull(ins, with_zero=name.startswith("avg_pool"), averaged=name not in ("cat", "stack"))
             if name in ("cat", "stack"):
                 f = Facts(f.lo, f.hi, f.integral, zero=any(g.zero for g in ins),
                           centered=any(g.centered for g in ins), unit=any(g.unit for g in ins))
@@ -591,7 +743,11 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         f = base if f is None else f
         if len(ins) == 1 and ins[0].zero and name in _ZERO_AT_ZERO and not f.zero:  # tril(x) -> hardswish
             f = replace(f, zero=True)
-        if f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
+        rng = _INT_RANGES.get(dt)
+        wraps = rng is not None and (rng[0] > f.lo > -INF or INF > f.hi > rng[1] or (rng[0] == 0 and f.lo < 0))
+        if wraps and not name.startswith("to_"):
+            f = base  # an integer result beyond its dtype wraps around (neg of a uint8): nothing known
+        elif f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
             f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
                       f.fixed)
         if f.lo > f.hi or math.isnan(f.lo) or math.isnan(f.hi):  # wrong somewhere (contradiction, inf/inf): know nothing
@@ -600,8 +756,105 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = replace(f, integral=f.integral or base.integral, fixed=fixed)
         elif base.integral and not f.integral:
             f = replace(f, integral=True)
+        continuous = is_float(dt) and _keeps_continuous(op, ins) and not f.fixed
+        if f.continuous != continuous:
+            f = replace(f, continuous=continuous)
         outs.append(f)
     return outs
+
+
+# Ops whose float results are exactly 0 only where a continuous operand is (or on a point of it):
+# the same elements, or injective elementwise ops.
+# (Not exp, sigmoid, erfc: they underflow to 0; not log: log(1) is 0, and a bfloat16 input holds
+# an exact 1 now and then.)
+_KEEPS_CONTINUOUS = _REARRANGE | _SUBSET | {"neg", "positive", "tanh", "sinh", "asinh", "atan", "erf", "softsign",
+                                            "deg2rad", "rad2deg", "expm1", "log1p", "mul", "type_as"}
+
+
+def _keeps_continuous(op: OpSpec, ins: list[Facts]) -> bool:
+    name = op.name
+    if not ins or not all(g.continuous for g in ins):
+        return False
+    if name == "mul":  # x * y is 0 only where x or y is; a scalar factor must not be 0
+        k = _number(op.attrs.get("scalar"), 0.0)
+        return len(ins) == 2 or (math.isfinite(k) and k != 0)
+    return name in _KEEPS_CONTINUOUS or (name.startswith("to_") and is_float(name[3:]))
+
+
+def _never_zero(f: Facts) -> bool:
+    """No element is exactly 0 in practice: the bounds exclude it (or meet it only in saturation,
+    as sigmoid's 0), or a continuous float."""
+    return (f.lo > 0 or f.hi < 0 or (f.lo == 0 and f.lo_limit and f.hi > 0) or (f.hi == 0 and f.hi_limit and f.lo < 0)
+            or f.continuous)
+
+
+def _subset_facts(op: OpSpec, pos: int, g: Facts) -> Facts:
+    """Some of the operand's elements: bounds, limits and value sets carry over. A min-type
+    reduction of a value that holds a 0 holds one too if nothing is below 0 (and a value <= 0 in
+    any case); a max-type one mirrors that. Sorted values keep every "holds" fact."""
+    f = Facts(g.lo, g.hi, g.integral, fixed=g.fixed, values=g.values, lo_limit=g.lo_limit, hi_limit=g.hi_limit,
+              continuous=g.continuous)
+    if pos == 0 and op.name == "sort" and op.attrs.get("fn") == "sort":
+        return replace(f, zero=g.zero, negative=g.negative, nonpos=g.nonpos, holds=g.holds, at_most=g.at_most)
+    side = _reduction_side(op, pos)
+    if side == "min":
+        below = [a for a in (g.at_most, g.holds) if a is not None]
+        return replace(f, zero=g.zero and g.lo >= 0, nonpos=g.zero or g.nonpos or g.negative, negative=g.negative,
+                       at_most=min(below) if below else None)
+    if side == "max":
+        return replace(f, zero=g.zero and g.hi <= 0)
+    return f
+
+
+def _reduction_side(op: OpSpec, pos: int) -> str | None:
+    """Whether result `pos` of `op` is each group's minimum ("min") or maximum ("max")."""
+    name, fn = op.name, op.attrs.get("fn")
+    if pos != 0 and name != "aminmax":
+        return None
+    if (name == "max_min" and fn == "min") or (name == "amax_amin" and fn == "amin") or (
+            name == "cummax_cummin" and fn == "cummin") or (name == "aminmax" and pos == 0):
+        return "min"
+    if (name == "max_min" and fn == "max") or (name == "amax_amin" and fn == "amax") or (
+            name == "cummax_cummin" and fn == "cummax") or (name == "aminmax" and pos == 1):
+        return "max"
+    return None
+
+
+def _strictly_negative(f: Facts) -> bool:
+    return f.hi < 0 or (f.hi == 0 and f.hi_limit and f.lo < 0)
+
+
+def _strictly_positive(f: Facts) -> bool:
+    return f.lo > 0 or (f.lo == 0 and f.lo_limit and f.hi > 0)
+
+
+def _atan2_facts(y: Facts, x: Facts) -> Facts:
+    """atan2(y, x) takes y's sign (y < 0: [-pi, 0], y > 0: [0, pi]; a y that may be +-0 gives
+    +-pi for x < 0) and lies in [-pi/2, pi/2] for x > 0."""
+    lo, hi = -math.pi, math.pi
+    if _strictly_negative(y):
+        hi = 0.0
+    elif _strictly_positive(y):
+        lo = 0.0
+    if _strictly_positive(x):
+        lo, hi = max(lo, -math.pi / 2), min(hi, math.pi / 2)
+    return Facts(lo, hi)
+
+
+def _heaviside_facts(x: Facts, v: Facts) -> Facts:
+    """heaviside(x, v) is 0 for x < 0, 1 for x > 0 and v where x is exactly 0, which a continuous
+    x never is in practice."""
+    if _strictly_positive(x):
+        return Facts(1.0, 1.0, integral=True, values=(1.0,))
+    if _strictly_negative(x):
+        return Facts(0.0, 0.0, integral=True, zero=True, values=(0.0,))
+    if x.continuous:
+        return Facts(0.0, 1.0, integral=True, values=(0.0, 1.0))
+    points = value_set(v)
+    if points is not None and len(set(points) | {0.0, 1.0}) <= _MAX_VALUES:
+        vals = tuple(sorted(set(points) | {0.0, 1.0}))
+        return Facts(vals[0], vals[-1], integral=all(float(p).is_integer() for p in vals), values=vals)
+    return Facts(min(0.0, v.lo), max(1.0, v.hi), integral=v.integral)
 
 
 # Where a vulnerable unary op is finite: (lo, hi, lo open, hi open); `_POLE_AT_ZERO` adds x = 0
@@ -648,6 +901,8 @@ def _never_finite(name: str, f: Facts) -> bool:
     if f.unit and ((lo >= -1 and hi <= 1) or lo >= 1):  # unit spread: not all inside [-1, 1], nor all >= 1
         return True
     if f.holds is not None and not _in_domain(name, f.holds):
+        return True
+    if f.at_most is not None and (f.at_most < lo or (f.at_most == lo and lo_open)):  # asin(log_softmax) over 3+
         return True
     points = f.values  # (integer ranges are judged below, with their saturation limits)
     if points is not None:
@@ -793,6 +1048,10 @@ def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
     if ((op.name in _POWERS and _zero_base_power(op, ins)) or (op.name in _SHRINKS and _shrunk_away(op, ins))
             or (op.name == "xlogy" and _xlogy_of_bits(ins))):
         return True
+    if op.name == "pairwise_distance" and len(inputs) == 2 and inputs[0] == inputs[1]:
+        return True  # ||x - x + eps||: the same whatever x
+    if op.name in ("addcmul", "addcdiv") and _number(op.attrs.get("value"), 1.0) == 0 and ins and ins[0].fixed:
+        return True  # x + 0 * ...: x
     return bool(ins) and all(f.fixed for f in ins)
 
 
@@ -836,6 +1095,8 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
         return True
     if op.name == "xlogy" and len(ins) == 2 and _negative_somewhere(ins[1]) and not ins[0].integral:
         return True  # x * log(y < 0) is NaN unless x is exactly 0
+    if op.name == "xlogy" and len(ins) == 2 and ins[1].hi <= 0 and _never_zero(ins[0]):
+        return True  # x * log(y <= 0) is -inf or NaN wherever x is not 0
     if op.name in ("lp_pool1d", "lp_pool2d") and _negative_power_sum(op, ins[0]):
         return True
     var_at = _running_var_at(op)

@@ -451,3 +451,102 @@ def test_rsqrt_normalize_lp_pool_and_xlogy_domains_are_seen_through():
     _, logp = _facts_through("log_softmax", [("float32", 2)], [x])
     assert _facts_through("xlogy", [("float32", 2)] * 2, [x, logp])[0]
     assert not _facts_through("xlogy", [("float32", 2)] * 2, [x, x])[0]
+
+
+def test_bitwise_not_atan2_fmod_and_shrinks_bound_their_results():
+    from nnforge.generator.value_facts import Facts, dtype_facts, placeholder_facts
+
+    _, inv = _facts_through("bitwise_not", [("uint8", 2)], [placeholder_facts("uint8")])  # 255 - x
+    assert (inv.lo, inv.hi, inv.integral) == (232, 255, True) and _facts_through("acos", [("float32", 2)], [inv])[0]
+    _, inv = _facts_through("bitwise_not", [("int32", 2)], [Facts(0.0, math.inf, integral=True)])  # -x - 1
+    assert inv.hi == -1 and _facts_through("rsqrt", [("float32", 2)], [inv])[0]
+    _, small = _facts_through("bitwise_not", [("int8", 2)], [placeholder_facts("int8")])
+    assert (small.lo, small.hi) == (-17, 15) and not _facts_through("acos", [("float32", 2)], [small])[0]
+    assert _facts_through("bitwise_not", [("bool", 2)], [dtype_facts("bool")])[1].values == (0.0, 1.0)
+
+    x = placeholder_facts("float32")
+    _, angle = _facts_through("atan2", [("float32", 2)] * 2, [Facts(-2.0, -1.0), x])  # y < 0: [-pi, 0]
+    assert angle.hi == 0 and _facts_through("acosh", [("float32", 2)], [angle])[0]
+    _, angle = _facts_through("atan2", [("float32", 2)] * 2, [Facts(0.0, math.inf), x])  # atan2(+-0, x < 0) is +-pi
+    assert (angle.lo, angle.hi) == (-math.pi, math.pi)
+
+    _, rem = _facts_through("fmod", [("float32", 2)], [x], scalar="-1", form="fn")  # (-1, 1): fmod is exact
+    assert rem.hi == 1 and rem.hi_limit and _facts_through("acosh", [("float32", 2)], [rem])[0]
+    assert not _facts_through("acos", [("float32", 2)], [rem])[0]
+    _, rem = _facts_through("fmod", [("int32", 2)], [placeholder_facts("int32")], scalar="3", form="fn")
+    assert (rem.lo, rem.hi, rem.hi_limit) == (-2, 2, False) and not _facts_through("acosh", [("float32", 2)], [rem])[0]
+
+    _, below_one = _facts_through("log2", [("float32", 1)], [_facts_through("erf", [("float32", 1)], [x])[1]])
+    assert below_one.hi == 0  # log2 of (-1, 1): the finite part is (-inf, 0)
+    for shrink in ("hardshrink", "softshrink"):
+        _, s = _facts_through(shrink, [("float32", 1)], [below_one], lambd=2.0)  # 0 is met now, not a limit
+        assert s.hi == 0 and not s.hi_limit and _facts_through("acosh", [("float32", 1)], [s])[0]
+        assert not _facts_through("sqrt", [("float32", 1)], [s])[0]
+
+
+def test_xlogy_heaviside_addcdiv_and_self_distances_are_seen_through():
+    from nnforge.generator.value_facts import Facts, placeholder_facts
+
+    x = placeholder_facts("float32")
+    _, sig = _facts_through("sigmoid", [("float32", 2)], [x])  # 0 only in saturation: never exactly 0
+    assert _facts_through("xlogy", [("float32", 2)] * 2, [sig, Facts(-1.0, 0.0)])[0]  # x log(y <= 0)
+    assert not _facts_through("xlogy", [("float32", 2)] * 2, [Facts(0.0, 1.0), Facts(-1.0, 0.0)])[0]
+
+    _, step = _facts_through("heaviside", [("float64", 2)] * 2, [x, x])  # a float input is never exactly 0
+    assert step.values == (0.0, 1.0) and _facts_through("logit", [("float64", 2)], [step], eps=None)[0]
+    _, flat = _facts_through("relu", [("float64", 2)], [x])  # exact zeros: heaviside takes v's values there
+    _, step = _facts_through("heaviside", [("float64", 2)] * 2, [flat, x])
+    assert step.values is None and not _facts_through("logit", [("float64", 2)], [step], eps=None)[0]
+
+    _, ls = _facts_through("logsigmoid", [("float32", 2)], [x])
+    _, kept = _facts_through("addcdiv", [("float32", 2)] * 3, [ls, x, x], value=0)  # x + 0 * t1 / t2
+    assert kept.hi <= 0 and _facts_through("log", [("float32", 2)], [kept])[0]
+    assert not _facts_through("log", [("float32", 2)], [_facts_through("addcdiv", [("float32", 2)] * 3, [ls, x, x],
+                                                                          value=0.5)[1]])[0]
+
+    gen, ops, _, out_of = _one_input_generator()
+    v = gen.add_placeholder(("float32", 1))
+    same = out_of("t", out_of("flatten", v))  # a 1-D value: the same values, shape and order
+    d = out_of("pairwise_distance", v, same)  # ||v - v + eps||: the same whatever v
+    assert gen.facts[d].fixed and not gen.insert_forward(ops["logit"], [d])
+    other = out_of("pairwise_distance", v, out_of("exp", v))
+    assert not gen.facts[other].fixed and gen.insert_forward(ops["logit"], [other])
+
+
+def test_min_reductions_keep_a_zero_and_solved_sizes_bound_softmax_and_argsort():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Concrete, Facts, makes_fixed, placeholder_facts, value_facts
+
+    tri = Facts(0.0, 1.0, zero=True)  # tril(softsign(var(x))): >= 0 and holds a 0
+    _, low = _facts_through("max_min", [("float32", 2)], [tri], fn="min", dim=-1, keepdim=True)
+    assert low.zero and _facts_through("rsqrt", [("float32", 2)], [low])[0]
+    _, low = _facts_through("aminmax", [("float32", 2)], [Facts(-1.0, 1.0, zero=True)], dim=None, keepdim=False)
+    assert low.nonpos and not low.zero and _facts_through("log", [("float32", 0)], [low])[0]
+    assert not _facts_through("sqrt", [("float32", 0)], [low])[0]
+    assert not _facts_through("max_min", [("float32", 2)], [tri], fn="max", dim=-1, keepdim=True)[1].zero
+
+    def solved(name, sigs, shape, **attrs):
+        op = spec_instance(name, sigs, "t")
+        op.attrs.update(attrs)
+        outs = op.type_transfer([AbsTensor(d, list(shape)) for d, _ in sigs])
+        ins = [placeholder_facts(d) for d, _ in sigs]
+        return value_facts(op, ins, [o.dtype for o in outs], makes_fixed(op, [0], ins),
+                           concrete=Concrete((shape,), op.attrs))
+
+    for n, doomed in ((2, False), (3, True)):  # one probability of n is <= 1/n: log <= -ln n < -1 from n = 3
+        logp = solved("log_softmax", [("float32", 2)], (4, n), dim=1)[0]
+        assert _facts_through("asin", [("float32", 2)], [logp])[0] == doomed
+        order = solved("sort", [("int64", 2)], (4, n), dim=-1, fn="argsort")[0]  # holds n - 1
+        assert _facts_through("acos", [("float32", 2)], [order])[0] == doomed
+
+    # the solved sizes shrink so that asin(log_softmax) and acos(argsort) keep some finite values
+    gen, ops, _, out_of = _one_input_generator()
+    v, i = gen.add_placeholder(("float32", 1), bin_now=False), gen.add_placeholder(("int64", 1), bin_now=False)
+    assert gen.insert_forward(ops["asin"], [out_of("log_softmax", v)])
+    while gen.nodes[-1].spec.name != "sort" or gen.nodes[-1].spec.attrs["fn"] != "argsort":
+        gen.rng.seed(len(gen.nodes))
+        assert gen.insert_forward(ops["sort"], [i])
+    assert gen.insert_forward(ops["acos"], [gen.nodes[-1].outputs[0]])
+    assert gen._check_push([gen.vals[v].t.shape[0] == 6, gen.vals[i].t.shape[0] == 5], is_bin=True)
+    g = gen.finish().graph
+    assert g.values[v].shape == [2] and g.values[i].shape == [2], (g.values[v].shape, g.values[i].shape)
