@@ -45,8 +45,8 @@ class RungOutcome:
     def summary(self) -> str:
         if self.skipped is not None:
             return f"{self.rung}: skipped ({self.skipped})"
-        if self.symptom is Symptom.PASS:
-            return f"{self.rung}: pass"
+        if self.symptom is Symptom.PASS:  # a pass may carry a note: rounding noise, a shared exception
+            return f"{self.rung}: pass" + (f" ({self.detail})" if self.detail else "")
         where = f" at call {self.call_index}" if self.call_index is not None else ""
         return f"{self.rung}: {self.symptom.value}{where}" + (f" ({self.detail})" if self.detail else "")
 

@@ -173,6 +173,8 @@ def test_first_failing_rung_is_blamed_and_skipped_rungs_judge_nothing():
     assert (v.symptom, v.rung, v.output_index) == (Symptom.MISMATCH, "ort_optimizer", 1)
     assert "onnx_export: skipped" in v.detail and set(v.timings) == {"onnx_export_s", "ort_kernels_s", "ort_optimizer_s"}
     assert blame("ort", outcomes[:2]).symptom is Symptom.PASS
+    noisy = RungOutcome("inductor", detail="rounding noise: within 4x the spread of perturbed eager runs")
+    assert blame("inductor", [noisy]).detail == "inductor: pass (rounding noise: within 4x the spread of perturbed eager runs)"
     export_crash = RungOutcome("tvm_frontend", Symptom.CRASH, blamed_rung="onnx_export")
     assert blame("tvm", [export_crash]).rung == "onnx_export"
     died = blame("inductor", [])
