@@ -23,8 +23,8 @@ from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
-    SIZE_ONE_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, shrinks_help,
-    value_facts,
+    SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, shrinks_help,
+    triangle_drops, value_facts,
 )
 
 
@@ -427,15 +427,24 @@ class GraphGenerator:
         """For each vulnerable op that the solved sizes make hopeless, a constraint that changes
         some extent feeding it (none where no such extent can change): a size-1 extent grows; one
         of 3 or more that a softmax or a permutation works along (asin of log_softmax over 3
-        elements, acos of argsort indices) shrinks to 2."""
-        ones: dict[int, tuple[dict, list[int], tuple[int, ...]]] = {}  # node id -> (solved attrs, axes, shape)
+        elements, acos of argsort indices) shrinks to 2; a triangle whose zeros doom it (log of a
+        tril) keeps its whole matrix."""
+        # node id -> (solved attrs, axes (None: a triangle), shape)
+        ones: dict[int, tuple[dict, list[int] | None, tuple[int, ...]]] = {}
         for n in self.nodes:
-            if n.spec.name not in SIZE_ONE_OPS:
+            if n.spec.name == "tril_triu":  # whether it zeroes anything shows only at solved sizes
+                attrs = _solved_attrs(n.spec, model)
+                shape = tuple(self.vals[n.inputs[0]].t.concretise(model))
+                if triangle_drops(n.spec, Concrete((shape,), attrs)):
+                    ones[n.id] = (attrs, None, shape)
+                continue
+            if n.spec.name not in SIZED_OPS:
                 continue
             attrs = _solved_attrs(n.spec, model)
             axes = along_axes(n.spec, attrs)
             shape = tuple(self.vals[n.inputs[0]].t.concretise(model))
-            if axes is not None and (all(shape[ax] == 1 for ax in axes) or shrinks_help(n.spec, attrs, shape)):
+            size_one = n.spec.name in SIZE_ONE_OPS and axes is not None and all(shape[ax] == 1 for ax in axes)
+            if axes is not None and (size_one or shrinks_help(n.spec, attrs, shape)):
                 ones[n.id] = (attrs, axes, shape)
         if not ones:
             return []
@@ -463,7 +472,9 @@ class GraphGenerator:
                 stack.extend(n.inputs)
                 if n.id in ones:
                     _, axes, shape = ones[n.id]
-                    if all(shape[ax] == 1 for ax in axes):
+                    if axes is None:
+                        lifts.append(self._keep_whole_triangle(n))
+                    elif n.spec.name in SIZE_ONE_OPS and all(shape[ax] == 1 for ax in axes):
                         lifts += self._lift_size_one(n, axes)
                     else:
                         lifts += self._shrink_extent(n, axes)
@@ -471,13 +482,24 @@ class GraphGenerator:
                 wants.append(z3.Or(lifts))
         return wants
 
+    def _keep_whole_triangle(self, n: _Node) -> z3.BoolRef:
+        """tril/triu with a diagonal that keeps every element (its zeros doomed an op downstream)."""
+        shape, d = self.vals[n.inputs[0]].t.shape, n.spec.attrs["diagonal"]
+        if n.spec.attrs["fn"] == "tril":
+            return d >= shape[-1] - 1
+        return d <= -(shape[-2] - 1)
+
     def _shrink_extent(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
         """Ways for node `n` to work along 2 elements at most (one axis only)."""
         shape = self.vals[n.inputs[0]].t.shape
         dim = n.spec.attrs.get("dim")
         if isinstance(dim, z3.ArithRef) and shape:
             return [pick(shape, norm_dim(dim, len(shape))) <= 2]
-        return [shape[ax] <= 2 for ax in axes if not isinstance(shape[ax], int)] if len(axes) == 1 else []
+        if len(axes) == 1:
+            return [shape[ax] <= 2 for ax in axes if not isinstance(shape[ax], int)]
+        # several axes (logsumexp over a tuple): one of them down to 2, the others to 1
+        return [z3.And([shape[b] <= (2 if b == a else 1) for b in axes if not isinstance(shape[b], int)])
+                for a in axes if not isinstance(shape[a], int)]
 
     def _lift_size_one(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
         """Ways for node `n` to stop working along extents of size 1: one of them grows (for a
@@ -515,7 +537,9 @@ class GraphGenerator:
                     concrete: Concrete | None = None) -> list[Facts]:
         canon = [self._canon(i) for i in in_ids]
         same = len(canon) == 2 and canon[0] == canon[1]
-        if concrete is None and op.name in SIZE_ONE_OPS:  # sizes known before solving (rank 0, keepdim's 1)
+        if op.name == "addcmul" and len(canon) == 3:  # x + t * t: a square
+            same = canon[1] == canon[2]
+        if concrete is None and op.name in SIZED_OPS:  # sizes known before solving (rank 0, keepdim's 1)
             concrete = Concrete((tuple(self.vals[in_ids[0]].t.shape),), op.attrs)
         return value_facts(op, ins, out_dtypes, makes_fixed(op, canon, ins), same_operands=same, concrete=concrete)
 

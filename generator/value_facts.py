@@ -101,7 +101,7 @@ def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
         return None
     lo = float(math.trunc(f.lo)) if lo_in else float(rng[0])
     hi = float(math.trunc(f.hi)) if hi_in else float(rng[1])
-    return Facts(lo, hi, integral=True, zero=f.zero and f.integral)
+    return Facts(lo, hi, integral=True, zero=f.zero)  # an exact 0 stays 0
 
 
 def dtype_facts(dtype: str) -> Facts:
@@ -148,11 +148,13 @@ _STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "
                      "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
                      "logsigmoid", "rsqrt", "bitwise_not"})
 _DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
+_SINC_MIN = -0.22  # sin(pi x) / (pi x) is -0.217234 at its least (x = +-1.4303); room for bfloat16 rounding
 _RANGE = {  # output bounds whatever the input
     "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
     "softmax": (0, 1), "log_softmax": (-INF, 0), "logsigmoid": (-INF, 0), "acos": (0, math.pi),
     "asin": (-math.pi / 2, math.pi / 2), "atan2": (-math.pi, math.pi), "cosh": (1, INF), "i0": (1, INF),
     "softplus": (0, INF), "square": (0, INF), "frac": (-1, 1), "count_nonzero": (0, INF),
+    "sinc": (_SINC_MIN, 1),  # 1 at 0 only; the least value is near x = 1.43
 }
 _INTEGRAL_RESULT = frozenset({"floor", "ceil", "trunc", "sgn", "sign", "count_nonzero", "bitwise_not"})
 _KEEPS_INTEGRAL = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "hardtanh", "clamp"})
@@ -314,6 +316,7 @@ _POINTWISE = {
     "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "sgn": lambda x: float((x > 0) - (x < 0)),
     "sin": math.sin, "cos": math.cos, "cosh": math.cosh, "i0": lambda x: _i0(x),
     "square": lambda x: x * x, "frac": lambda x: x - math.trunc(x),
+    "sinc": lambda x: 1.0 if x == 0 else math.sin(math.pi * x) / (math.pi * x),
 }
 _MAX_VALUES = 5
 
@@ -541,6 +544,9 @@ def _is_index_output(op: OpSpec, pos: int) -> bool:
 # log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
 SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
                           "kthvalue", "topk", "cummax_cummin", "std_var"})
+# Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
+# logsumexp: at least lo + ln n over n elements, though over one it is x itself).
+SIZED_OPS = SIZE_ONE_OPS | {"logsumexp"}
 
 
 @dataclass(frozen=True)
@@ -560,7 +566,7 @@ def _is_one(d: Any) -> bool:
 def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
     """The axes of input 0 that a SIZE_ONE_OPS op works along, from concrete attributes (a rank-0
     input has none: its one element is the whole extent); None for other ops."""
-    if op.name not in SIZE_ONE_OPS:
+    if op.name not in SIZED_OPS:
         return None
     rank = op.in_sigs[0][1]
     if rank == 0:
@@ -576,14 +582,14 @@ def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
     return sorted({d + rank if d < 0 else d for d in dims})
 
 
-def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete) -> Facts | None:
+def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete, ins: list[Facts]) -> Facts | None:
     """Facts of a SIZE_ONE_OPS result that the sizes it works along decide, or None: a constant
     along extents of size 1; along n > 1 elements, what n alone guarantees (see `_sized_facts`)."""
     n = extent(op, concrete)
     if n is None:
         return None
     if n != 1:
-        return _sized_facts(op, pos, n)
+        return _sized_facts(op, pos, n, ins)
     if op.name == "softmax":
         return Facts(1.0, 1.0, integral=True, fixed=True)
     if op.name == "log_softmax" or _is_index_output(op, pos):
@@ -606,13 +612,28 @@ def extent(op: OpSpec, concrete: Concrete) -> int | None:
 
 
 def shrinks_help(op: OpSpec, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> bool:
-    """Whether `op` (softmax, log_softmax, a permutation of indices) works along 3 or more elements
-    at solved sizes, where what it holds (a probability <= 1/n, the index n - 1) grows out of
-    reach of some domains as n grows."""
-    if op.name not in ("softmax", "log_softmax") and not any(_is_permutation(op, pos) for pos in (0, 1)):
+    """Whether `op` (softmax, log_softmax, logsumexp, a permutation of indices) works along 3 or
+    more elements at solved sizes, where what it holds (a probability <= 1/n, the index n - 1) or
+    its least value (lo + ln n) grows out of reach of some domains as n grows."""
+    if op.name not in ("softmax", "log_softmax", "logsumexp") and not any(_is_permutation(op, pos) for pos in (0, 1)):
         return False
     n = extent(op, Concrete((shape,), attrs))
     return n is not None and n >= 3
+
+
+def triangle_drops(op: OpSpec, concrete: Concrete | None) -> bool:
+    """Whether tril/triu zeroes some element, at solved sizes and diagonal (before solving the
+    diagonal is open: a triangle may keep the whole matrix, as a large diagonal or a single
+    column does, so nothing is claimed)."""
+    if concrete is None or op.name != "tril_triu":
+        return False
+    d, shape = concrete.attrs.get("diagonal"), concrete.in_shapes[0]
+    if not isinstance(d, int) or not all(isinstance(s, int) for s in shape) or math.prod(shape) == 0:
+        return False
+    rows, cols = shape[-2], shape[-1]
+    if concrete.attrs.get("fn") == "tril":  # keeps j - i <= d: drops (0, cols - 1) if cols - 1 > d
+        return cols - 1 > d
+    return d > -(rows - 1)  # triu keeps j - i >= d: drops (rows - 1, 0) if -(rows - 1) < d
 
 
 def _is_permutation(op: OpSpec, pos: int) -> bool:
@@ -620,12 +641,18 @@ def _is_permutation(op: OpSpec, pos: int) -> bool:
     return op.name == "sort" and (pos == 1 or op.attrs.get("fn") == "argsort")
 
 
-def _sized_facts(op: OpSpec, pos: int, n: int) -> Facts | None:
+def _sized_facts(op: OpSpec, pos: int, n: int, ins: list[Facts] = ()) -> Facts | None:
     """What n >= 2 elements along the dim guarantee: probabilities sum to 1, so softmax holds one
     <= 1/n (log_softmax one <= -ln n) and reaches 1 (0) only in saturation; a permutation of
-    indices holds n - 1; any index is below n."""
+    indices holds n - 1; any index is below n; a logsumexp is at least lo + ln n (all elements
+    at lo) and at most hi + ln n."""
     if n < 2:
         return None
+    if op.name == "logsumexp" and ins:
+        g, ln_n = ins[0], math.log(n)
+        lo = g.lo + ln_n - 1e-6 * (1 + abs(g.lo + ln_n)) if g.lo > -INF else -INF  # rounding room
+        hi = g.hi + ln_n + 1e-6 * (1 + abs(g.hi + ln_n)) if g.hi < INF else INF
+        return Facts(lo, hi) if lo > -INF or hi < INF else None
     if op.name == "softmax":
         return Facts(0.0, 1.0, hi_limit=True, at_most=1.0 / n)
     if op.name == "log_softmax":
@@ -649,7 +676,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
     outs: list[Facts] = []
     for pos, dt in enumerate(out_dtypes):
         base = dtype_facts(dt)
-        f: Facts | None = _size_one_facts(op, pos, concrete) if concrete is not None else None
+        f: Facts | None = _size_one_facts(op, pos, concrete, ins) if concrete is not None else None
         constant = f is not None and f.fixed  # fixed whatever the inputs, though they are not
         if f is not None:
             pass
@@ -670,20 +697,22 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name in _SUBSET:
             f = _subset_facts(op, pos, ins[0])
         elif name == "atan2" and len(ins) == 2:
-            f = _atan2_facts(*ins)
+            f = _atan2_of_itself(ins[0]) if same_operands else _atan2_facts(*ins)
         elif name == "heaviside" and len(ins) == 2:
             f = _heaviside_facts(*ins)
         elif name in ("addcmul", "addcdiv") and _number(op.attrs.get("value"), 1.0) == 0:
             f = ins[0]  # x + 0 * (t1 * t2): x wherever finite
+        elif name == "addcmul" and len(ins) == 3:
+            f = _addcmul_facts(op, ins, same_operands, dt)
         elif name == "pairwise_distance":
             eps = _number(op.attrs.get("eps"), 1e-6)
             f = Facts(0.0, 0.0, integral=True, zero=True) if same_operands and eps == 0 else Facts(0.0, INF)
         elif name == "std_var" and pos == 0:
             f = Facts(0.0, INF)
+        elif (name in _LOWER_OF or name in _UPPER_OF) and same_operands:
+            f = ins[0]  # min(x, x) is x
         elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
-            pick = min if name in _LOWER_OF else max
-            f = Facts(pick(g.lo for g in ins), pick(g.hi for g in ins), integral=all(g.integral for g in ins),
-                      nonpos=name in _LOWER_OF and any(g.zero or g.nonpos or g.negative for g in ins))
+            f = _min_max_facts(name in _LOWER_OF, ins)
         elif name == "bitwise_right_shift":
             f = _right_shift_facts(op, ins[0])
         elif name.startswith("avg_pool") and op.attrs.get("divisor_override") is not None:
@@ -700,22 +729,33 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(v, v, integral=True, zero=v == 0)
         elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder", "xlogy"):
             f = _scalar_facts(op, ins[0])
+            if f is not None and name in ("fmod", "remainder") and ins[0].zero and op.attrs.get("form") != "rop":
+                f = replace(f, zero=True)  # 0 % s is 0
+        elif len(ins) == 2 and name in ("fmod", "remainder"):
+            f = _modulo_facts(name, *ins)
+        elif name in _BITWISE and dt in _INT_RANGES and (len(ins) == 2 or "scalar" in op.attrs):
+            f = _bitwise_facts(op, ins)
         elif name == "float_scalar_promote" and op.attrs.get("op") in _PROMOTED_AS:
             f = _scalar_facts(_ScalarOp(_PROMOTED_AS[op.attrs["op"]], {
                 "scalar": op.attrs.get("scalar"), "form": "rop" if op.attrs.get("reflected") else None}), ins[0])
         elif name in ("sum", "nansum", "cumsum_cumprod") and op.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum"):
             f = _sum_facts(ins[0])
+        elif name == "prod" or (name == "cumsum_cumprod" and op.attrs.get("fn") == "cumprod"):
+            f = _product_facts(ins[0], dt)
+        elif name == "logsumexp":
+            g = ins[0]  # at least the greatest element (at least lo + ln n over n elements, see _sized_facts)
+            f = Facts(g.lo, INF) if g.lo > -INF else None
         elif name == "pad":
             g = ins[0]
             if op.attrs.get("mode") == "constant":
                 v = _number(op.attrs.get("value"), 0.0)
                 f = None if math.isnan(v) else Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer(),
                                                      holds=v if _pads_something(op, concrete) else None)
-            else:
-                f = Facts(g.lo, g.hi, g.integral)
+            else:  # reflect, replicate, circular: copies of the operand's own elements, all of them kept
+                f = g
         elif name == "tril_triu":
             g = ins[0]
-            f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=True)
+            f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=triangle_drops(op, concrete))
         elif name == "normalize":  # x / max(norm, eps): each element keeps its sign
             g = ins[0]
             f = Facts(0.0 if g.lo >= 0 else -INF, 0.0 if g.hi <= 0 else INF, negative=g.negative or g.hi < 0)
@@ -726,6 +766,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _shift_facts(op, ins[0], dt)
         elif len(ins) == 2 and name in ("add", "sub"):
             f = _sum_of_two(op, ins, dt)
+        elif name == "copysign" and _sign_of_copysign(op, ins) is not None:
+            f = _copysign_facts(ins[0], _sign_of_copysign(op, ins))  # (the scalar form is copysign(x, s) only)
         elif name == "copysign" and len(ins) == 2 and value_set(ins[0]) is not None:
             mags = {abs(v) for v in value_set(ins[0])}  # |x| with y's sign, which the graph leaves open
             points = tuple(sorted(mags | {-m for m in mags}))
@@ -768,6 +810,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
 # (Not exp, sigmoid, erfc: they underflow to 0; not log: log(1) is 0, and a bfloat16 input holds
 # an exact 1 now and then.)
 _KEEPS_CONTINUOUS = _REARRANGE | _SUBSET | {"neg", "positive", "tanh", "sinh", "asinh", "atan", "erf", "softsign",
+                                            "sin", "tan", "cos", "copysign",  # cos of a float is never 0, sin only at 0
                                             "deg2rad", "rad2deg", "expm1", "log1p", "mul", "type_as"}
 
 
@@ -839,6 +882,152 @@ def _atan2_facts(y: Facts, x: Facts) -> Facts:
     if _strictly_positive(x):
         lo, hi = max(lo, -math.pi / 2), min(hi, math.pi / 2)
     return Facts(lo, hi)
+
+
+def _atan2_of_itself(x: Facts) -> Facts:
+    """atan2(x, x) is pi/4 for x > 0, -3pi/4 for x < 0 and 0 at +0 (-pi at -0.0, which only a
+    float can hold): never as much as 1. A continuous x is never 0."""
+    points = {math.pi / 4, -3 * math.pi / 4}
+    if not x.continuous:
+        points |= {0.0} if x.integral else {0.0, -math.pi}
+    if x.lo > 0:
+        points &= {math.pi / 4}
+    elif x.hi < 0:
+        points &= {-3 * math.pi / 4}
+    vals = tuple(sorted(points))
+    return Facts(vals[0], vals[-1], values=vals, zero=x.zero and 0.0 in points)
+
+
+def _min_max_facts(lower: bool, ins: list[Facts]) -> Facts:
+    """Elementwise min (or max) of operands: each bound is the least (greatest) of theirs. A bound
+    is a limit where the operands that set it meet it only as a limit (min(x, y) is 0 only where
+    x and y reach 0; log10(sigmoid(x)) never does, so neither does its min with anything)."""
+    pick = min if lower else max
+    lo, hi = pick(g.lo for g in ins), pick(g.hi for g in ins)
+    if lower:  # min(x, y) reaches hi only where both do; lo where either does
+        hi_limit = any(g.hi == hi and g.hi_limit for g in ins)
+        lo_limit = all(g.lo_limit for g in ins if g.lo == lo)
+    else:
+        lo_limit = any(g.lo == lo and g.lo_limit for g in ins)
+        hi_limit = all(g.hi_limit for g in ins if g.hi == hi)
+    return Facts(lo, hi, integral=all(g.integral for g in ins), lo_limit=lo_limit and lo > -INF,
+                 hi_limit=hi_limit and hi < INF,
+                 nonpos=lower and any(g.zero or g.nonpos or g.negative for g in ins))
+
+
+def _product_bounds(a: Facts, b: Facts, square: bool) -> tuple[float, float]:
+    """Bounds of a * b (a * a where `square`: never below 0)."""
+    if square:
+        m_lo = 0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+        m_hi = max(abs(a.lo), abs(a.hi))
+        return m_lo * m_lo, m_hi * m_hi
+    corners = [p * q for p in (a.lo, a.hi) for q in (b.lo, b.hi)]
+    if any(math.isnan(c) for c in corners):  # 0 * inf: anything
+        return -INF, INF
+    return min(corners), max(corners)
+
+
+def _addcmul_facts(op: OpSpec, ins: list[Facts], square: bool, dtype: str) -> Facts | None:
+    """x + value * t1 * t2 (t1 * t1 where the engine sees one value twice: `square`)."""
+    v = _number(op.attrs.get("value"), 1.0)
+    if not math.isfinite(v):
+        return None
+    x, t1, t2 = ins
+    p_lo, p_hi = _product_bounds(t1, t2, square)
+    s_lo, s_hi = sorted((v * p_lo, v * p_hi)) if v != 0 else (0.0, 0.0)
+    if math.isnan(s_lo) or math.isnan(s_hi):
+        return None
+    integral = x.integral and t1.integral and t2.integral and float(v).is_integer()
+    return _in_dtype(x.lo + s_lo, x.hi + s_hi, integral, dtype)
+
+
+def _sign_of_copysign(op: OpSpec, ins: list[Facts]) -> float | None:
+    """The sign (+1 or -1) that copysign(x, y) gives every element, where y's is known: a scalar
+    y (-0.0 counts as negative), or a tensor y that is never 0 on one side."""
+    if len(ins) == 1:
+        s = _number(op.attrs.get("scalar"), math.nan)
+        return None if math.isnan(s) else math.copysign(1.0, s)
+    y = ins[1]
+    if y.lo > 0 or (y.lo == 0 and y.lo_limit and y.hi > 0):
+        return 1.0
+    if y.hi < 0 or (y.hi == 0 and y.hi_limit and y.lo < 0):
+        return -1.0
+    return None
+
+
+def _copysign_facts(x: Facts, sign: float) -> Facts:
+    """|x| with a known sign: copysign(w, -2.5) <= 0, and 0 only where w is."""
+    m_lo = 0.0 if x.lo <= 0 <= x.hi else min(abs(x.lo), abs(x.hi))
+    m_hi = max(abs(x.lo), abs(x.hi))
+    lo, hi = (m_lo, m_hi) if sign > 0 else (-m_hi, -m_lo)
+    near = (x.lo >= 0 and x.lo_limit) or (x.hi <= 0 and x.hi_limit)  # |x| meets m_lo only as a limit
+    points = value_set(x)
+    vals = tuple(sorted({sign * abs(v) for v in points})) if points is not None else None
+    return Facts(lo, hi, x.integral, zero=x.zero, values=vals,
+                 lo_limit=sign > 0 and near, hi_limit=sign < 0 and near,
+                 negative=sign < 0 and x.continuous)
+
+
+def _modulo_facts(name: str, x: Facts, y: Facts) -> Facts | None:
+    """fmod/remainder of two tensors: 0 % y is 0 (y != 0, as finite results need), so a dividend
+    that holds a 0 gives a result that holds one; remainder takes a one-signed divisor's sign."""
+    zero = x.zero or (x.lo == x.hi == 0)
+    integral = x.integral and y.integral
+    if name == "remainder" and y.lo >= 0:
+        return Facts(0.0, y.hi, integral, zero=zero)
+    if name == "remainder" and y.hi <= 0:
+        return Facts(y.lo, 0.0, integral, zero=zero)
+    if name == "fmod":  # the dividend's sign, |fmod(x, y)| <= |x|
+        return Facts(min(x.lo, 0.0), max(x.hi, 0.0), integral, zero=zero)
+    return Facts(integral=integral, zero=zero) if zero else None
+
+
+_BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor"})
+
+
+def _bitwise_facts(op: OpSpec, ins: list[Facts]) -> Facts | None:
+    """Signs of integer x & y, x | y, x ^ y (two's complement): & is negative iff both operands
+    are, and lies in [0, y] for a y >= 0; | is negative iff either is (and >= each operand);
+    ^ is negative iff exactly one is."""
+    if len(ins) == 2:
+        x, y = ins
+    else:
+        s = _number(op.attrs.get("scalar"), math.nan)
+        if not (math.isfinite(s) and float(s).is_integer()):
+            return None
+        x, y = ins[0], Facts(s, s, integral=True)
+    neg = [g.hi < 0 for g in (x, y)]
+    nonneg = [g.lo >= 0 for g in (x, y)]
+    if op.name == "bitwise_and":
+        if all(neg):  # clearing bits: below both
+            return Facts(-INF, min(x.hi, y.hi), integral=True)
+        if any(nonneg):
+            return Facts(0.0, min(g.hi for g in (x, y) if g.lo >= 0), integral=True)
+        return None
+    if op.name == "bitwise_or":
+        if any(neg):  # setting bits: at least the negative operand, and still negative
+            return Facts(max(g.lo for g in (x, y) if g.hi < 0), -1.0, integral=True)
+        if all(nonneg):
+            return Facts(max(x.lo, y.lo), INF, integral=True)
+        return None
+    if all(n or p for n, p in zip(neg, nonneg)):  # xor: each sign known
+        return Facts(-INF, -1.0, integral=True) if neg[0] != neg[1] else Facts(0.0, INF, integral=True)
+    return None
+
+
+def _product_facts(g: Facts, dtype: str) -> Facts | None:
+    """prod/cumprod (with dtype=, the operand cast first: an int64 prod of tanh values is of 0s):
+    a factor 0 makes the group's product 0, so an operand that holds a 0 gives a result that
+    holds one, and an all-zero operand gives zeros."""
+    if dtype == "bool":
+        return None
+    if not is_float(dtype) and not g.integral:
+        g = _cast_to_int_facts(g, dtype) or Facts(integral=True)
+    if g.lo == g.hi == 0:
+        return Facts(0.0, 0.0, integral=True, zero=True)
+    if g.zero:
+        return Facts(0.0 if g.lo >= 0 and is_float(dtype) else -INF, INF, g.integral, zero=True)
+    return None
 
 
 def _heaviside_facts(x: Facts, v: Facts) -> Facts:
@@ -1025,6 +1214,16 @@ def _fractional_exponent(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
     return False
 
 
+def _negative_exponent(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
+    """x ** y with y < 0 everywhere: a negative scalar exponent, or a tensor one below 0."""
+    a = getattr(op, "attrs", {})
+    if len(ins) == 2:
+        return _strictly_negative(ins[1])
+    if len(ins) == 1 and "scalar" in a and a.get("form") != "rop":
+        return _number(a["scalar"], math.nan) < 0
+    return False
+
+
 def _zero_base_power(op: type[OpSpec] | OpSpec, ins: list[Facts]) -> bool:
     """0 ** y for a fractional y is 0 (y > 0) or inf (y < 0): wherever it is finite it is all
     zeros, whatever the inputs, so it is as good as fixed (fmod(x, positive(x)) ** x)."""
@@ -1104,6 +1303,8 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
         return True
     if op.name in _POWERS and ins and _negative_somewhere(ins[0]) and _fractional_exponent(op, ins):
         return True  # a negative base to a fractional power is NaN
+    if op.name in _POWERS and ins and (ins[0].zero or ins[0].lo == ins[0].hi == 0) and _negative_exponent(op, ins):
+        return True  # 0 ** -k is inf
     if op.name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
         if _eps_lost_at_one(op):  # the clamp's top, 1 - eps, rounds to 1: logit(1) is inf
             f = ins[0]

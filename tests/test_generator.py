@@ -208,13 +208,13 @@ def test_bounds_met_only_in_saturation_or_fixed_by_a_scalar_doom_the_op():
     assert gen.insert_forward(ops["log"], [out_of("digamma", x)])
     i = gen.add_placeholder(("int32", 2))
     kinds = set()
-    for seed in range(60):  # x | -1 is -1 whatever x: digamma(-1) is a pole
+    for seed in range(60):  # x | -1 is -1, x | -k a negative integer, whatever x: digamma's poles
         gen.rng.seed(seed)
         if gen.insert_forward(ops["bitwise_or"], [i]):
             n = gen.nodes[-1]
-            minus_one = n.spec.attrs.get("scalar") in ("-1", -1)
-            assert gen.insert_forward(ops["digamma"], [n.outputs[0]]) != minus_one
-            kinds.add(minus_one)
+            negative = "scalar" in n.spec.attrs and float(n.spec.attrs["scalar"]) < 0
+            assert gen.insert_forward(ops["digamma"], [n.outputs[0]]) != negative
+            kinds.add(negative)
     assert kinds == {True, False}
 
 
@@ -421,7 +421,7 @@ def test_scalar_shifts_overflow_zeros_through_activations_and_minimums_are_seen_
     assert _facts_through("sub", [("uint8", 1)], [u8], scalar="3", alpha=None, form="op")[1].lo == 0  # wraps: unknown
 
     x = Facts()
-    _, tri = _facts_through("tril_triu", [("float32", 2)], [x])
+    tri = Facts(min(x.lo, 0.0), max(x.hi, 0.0), zero=True)  # a triangle that zeroes something at its solved sizes
     _, act = _facts_through("hardswish", [("float32", 2)], [tri])  # hardswish(0) = 0
     assert act.zero and _facts_through("log10", [("float32", 2)], [act])[0]
     _, low = _facts_through("minimum", [("float32", 2)] * 2, [tri, _facts_through("exp", [("float32", 2)], [x])[1]])
@@ -550,3 +550,72 @@ def test_min_reductions_keep_a_zero_and_solved_sizes_bound_softmax_and_argsort()
     assert gen._check_push([gen.vals[v].t.shape[0] == 6, gen.vals[i].t.shape[0] == 5], is_bin=True)
     g = gen.finish().graph
     assert g.values[v].shape == [2] and g.values[i].shape == [2], (g.values[v].shape, g.values[i].shape)
+
+
+def test_sinc_copysign_pads_self_atan2_logsumexp_products_and_bitwise_signs_are_seen_through():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Concrete, Facts, dtype_facts, placeholder_facts, value_facts
+
+    x, f64 = placeholder_facts("float64"), [("float64", 2)]
+    _, sinc = _facts_through("sinc", f64, [x])  # at most 1 (at 0): log10 of it is <= 0
+    assert sinc.hi == 1 and _facts_through("log2", f64, [_facts_through("log10", f64, [sinc])[1]])[0]
+    assert not _facts_through("log2", f64, [_facts_through("log10", f64, [_facts_through("exp", f64, [x])[1]])[1]])[0]
+
+    _, neg = _facts_through("copysign", [("float64", 2)], [x], scalar="-2.5")  # -|x|
+    assert neg.hi == 0 and _facts_through("log", f64, [neg])[0]
+    assert not _facts_through("log", f64, [_facts_through("copysign", f64, [x], scalar="2.5")[1]])[0]
+
+    tri = Facts(0.0, 16.0, integral=True, zero=True)  # triu of a uint8 that zeroes something
+    _, padded = _facts_through("pad", [("uint8", 3)], [tri], mode="reflect", k=1, pad0=1, pad1=1)
+    assert padded.zero and _facts_through("rsqrt", [("uint8", 3)], [padded])[0]
+
+    ints = placeholder_facts("int32")
+    op = spec_instance("atan2", [("int32", 2)] * 2, "t")
+    same = value_facts(op, [ints, ints], ["float32"], False, same_operands=True)[0]  # 0, pi/4 or -3pi/4
+    assert same.hi < 1 and _facts_through("acosh", [("float32", 2)], [same])[0]
+    assert not _facts_through("acosh", [("float32", 2)], [value_facts(op, [ints, ints], ["float32"], False)[0]])[0]
+
+    op = spec_instance("logsumexp", [("bool", 2)], "t")  # over n bools: at least ln n
+    op.attrs.update(dim=(0, 1), keepdim=False)
+    over = lambda n: value_facts(op, [dtype_facts("bool")], ["float32"], False, concrete=Concrete(((n, 1),), op.attrs))[0]
+    assert _facts_through("acos", [("float32", 0)], [over(3)])[0] and not _facts_through("acos", [("float32", 0)], [over(2)])[0]
+
+    _, t = _facts_through("tanh", f64, [_facts_through("asin", f64, [x])[1]])  # |.| < 0.92: an int64 cast is 0
+    _, p = _facts_through("prod", f64, [t], dim=None, keepdim=False, dtype="int64")
+    assert p.lo == p.hi == 0 and _facts_through("log10", [("int64", 0)], [p])[0]
+
+    idx = Facts(0.0, math.inf, integral=True, zero=True)  # cummin indices: 0 at the first position
+    doomed, rem = _facts_through("remainder", [("float64", 2)] * 2, [idx, sinc])  # 0 % y = 0
+    assert not doomed and rem.zero and _facts_through("pow", f64, [rem], scalar="-1", form="op")[0]
+    assert not _facts_through("pow", f64, [rem], scalar="2", form="op")[0]
+
+    _, log_sig = _facts_through("log10", f64, [_facts_through("sigmoid", f64, [x])[1]])  # < 0 but for saturation
+    _, low = _facts_through("fmin", f64 * 2, [log_sig, log_sig])
+    assert low.hi_limit and _facts_through("float_power", f64 * 2, [low, x])[0]
+
+    nonneg = Facts(0.0, 100.0, integral=True)
+    _, xor = _facts_through("bitwise_xor", [("int32", 2)], [nonneg], scalar="-7", form="op")  # exactly one negative
+    assert xor.hi < 0 and _facts_through("acosh", [("float32", 2)], [xor])[0]
+    _, both = _facts_through("bitwise_xor", [("int32", 2)], [nonneg], scalar="7", form="op")
+    assert both.lo >= 0 and not _facts_through("acosh", [("float32", 2)], [both])[0]
+    _, anded = _facts_through("bitwise_and", [("int32", 2)] * 2, [ints, nonneg])  # within [0, 100]
+    assert (anded.lo, anded.hi) == (0, 100)
+    _, ored = _facts_through("bitwise_or", [("int32", 2)] * 2, [ints, Facts(-9.0, -1.0, integral=True)])
+    assert ored.hi < 0 and _facts_through("sqrt", [("float32", 2)], [ored])[0]
+
+
+def test_a_triangle_holds_a_zero_only_where_its_solved_sizes_drop_something():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Concrete, placeholder_facts, value_facts
+
+    x = placeholder_facts("float32")
+    op = spec_instance("tril_triu", [("float32", 2)], "t")
+
+    def zero(fn, diagonal, shape):
+        op.attrs.update(fn=fn, diagonal=diagonal)
+        return value_facts(op, [x], ["float32"], False, concrete=Concrete((shape,), op.attrs))[0].zero
+
+    assert zero("tril", 0, (3, 3)) and not zero("tril", 0, (3, 1)) and not zero("tril", 2, (3, 3))
+    assert zero("triu", 0, (3, 3)) and not zero("triu", 0, (1, 3)) and not zero("triu", -2, (3, 3))
+    assert zero("triu", 1, (1, 1)) and not zero("tril", 0, (0, 3))
+    assert not value_facts(op, [x], ["float32"], False)[0].zero  # diagonal and sizes unsolved: no claim
