@@ -45,6 +45,8 @@ STRAIGHT_THROUGH = frozenset(
         "detach", "detach_copy",
     }
 )
+# Of those, the clamps: flat only outside a range, which a value leaves one way alone.
+CLAMPS = frozenset({"relu", "relu6", "hardtanh", "clamp", "clamp_min", "clamp_max"})
 # Of those, the ones autograd has no derivative for at all (backward raises): their own result
 # is detached before the straight-through identity is added.
 NO_DERIVATIVE = frozenset({"heaviside", "floor_divide", "rfloor_divide"})
@@ -54,9 +56,11 @@ def _divide_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
     """x / y with the divisor held, for the gradient of x // y: straight through the rounding to
     the dividend, with the divisor's sign and scale (`v // -1.0` grows as v falls; the identity
     would push the wrong way). The divisor gets none: its own slope, -x / y ** 2, points at
-    the pole, and a quotient that must grow would drive it across zero."""
+    the pole, and a quotient that must grow would drive it across zero. Unless no gradient
+    reaches the dividend (`1.0 // w`): then the divisor's slope is the only way to move the
+    quotient (erfinv(1.0 // w) needs w > 1), and a step across the pole is taken back."""
     if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad):
-        return None
+        return _divisor_proxy(x, y)
     y = y.detach() if isinstance(y, torch.Tensor) else y
     if isinstance(y, bool) or not isinstance(y, (torch.Tensor, int, float)):
         return None
@@ -66,6 +70,22 @@ def _divide_proxy(x: Any, y: Any, out: torch.Tensor) -> torch.Tensor | None:
         return None
     try:
         proxy = x / y
+    except (RuntimeError, TypeError):
+        return None
+    return proxy if isinstance(proxy, torch.Tensor) and proxy.is_floating_point() else None
+
+
+def _divisor_proxy(x: Any, y: Any) -> torch.Tensor | None:
+    """x / y with the dividend held, where only the divisor carries a gradient."""
+    if not (isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad):
+        return None
+    x = x.detach() if isinstance(x, torch.Tensor) else x
+    if isinstance(x, bool) or not isinstance(x, (torch.Tensor, int, float)):
+        return None
+    y_d = y.detach()
+    try:
+        # Where y is exactly 0 its slope is infinite: read it at y = 1 instead.
+        proxy = x / torch.where(y_d == 0, torch.ones_like(y), y)
     except (RuntimeError, TypeError):
         return None
     return proxy if isinstance(proxy, torch.Tensor) and proxy.is_floating_point() else None
@@ -235,10 +255,40 @@ def _above(x: torch.Tensor, hi: float) -> torch.Tensor:
     return torch.relu(x - hi).sum()
 
 
+class TieBreak:
+    """Which way a value exactly *on* a forbidden point (a divisor of exactly 0, lgamma at a
+    pole) is pushed: either way leaves it, and nothing in the value tells which one can be
+    reached. Upwards by default (relu(x) is exactly 0 on its flat side, and rises with x);
+    value search turns it downwards when a descent stalls at such ties (a hardtanh saturated
+    at its maximum -1 feeds lgamma a 0 after softshrink: only a smaller value moves it).
+    `seen` says whether the losses built since the last `clear` met an exact tie."""
+
+    def __init__(self) -> None:
+        self.direction = 1.0
+        self.seen = False
+
+    def clear(self) -> None:
+        self.seen = False
+
+    def reset(self) -> None:
+        self.direction, self.seen = 1.0, False
+
+    def signs(self, offset: torch.Tensor) -> torch.Tensor:
+        """+1 / -1 per element by the sign of `offset` (the value minus the forbidden point),
+        ties by `direction`."""
+        d = offset.detach()
+        tie = d == 0
+        if bool(tie.any()):
+            self.seen = True
+        return torch.where(d > 0, 1.0, torch.where(tie, self.direction, -1.0)).to(offset.dtype)
+
+
+TIES = TieBreak()
+
+
 def _away_from_zero(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Penalty for |x| < eps whose gradient is non-zero even at exactly 0 (pushes towards +)."""
-    direction = torch.where(x.detach() >= 0, 1.0, -1.0).to(x.dtype)
-    return torch.relu(eps - x * direction).sum()
+    """Penalty for |x| < eps whose gradient is non-zero even at exactly 0 (pushed TIES' way)."""
+    return torch.relu(eps - x * TIES.signs(x)).sum()
 
 
 def exp_bound(dtype: torch.dtype) -> float:
@@ -289,10 +339,11 @@ def _positive(args, kwargs, dtype):
 
 def _away_from_poles(x: torch.Tensor) -> torch.Tensor:
     """Gamma-family poles: 0, -1, -2, ... Negative non-integers are fine (lgamma(-1.5) is
-    finite), so only values near a non-positive integer are penalised, pushed off it upwards."""
+    finite), so only values near a non-positive integer are penalised, pushed off it (one
+    exactly on it: TIES' way)."""
     d = x - torch.round(x.detach())
-    direction = torch.where(d.detach() >= 0, 1.0, -1.0).to(x.dtype)
     near_pole = x.detach() < MARGIN
+    direction = TIES.signs(torch.where(near_pole, d, torch.ones_like(d)))
     return torch.where(near_pole, torch.relu(MARGIN - d * direction), torch.zeros_like(x)).sum()
 
 

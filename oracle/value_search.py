@@ -19,7 +19,9 @@ One iteration:
 2. take an Adam step on the culprit's safe-domain loss (oracle/safe_domain.py), plus the losses
    of operators that were culprits before (so that repairing one does not break another);
    operators with zero gradient (floor, relu's flat side, clamp, casts, comparisons) pass the
-   gradient straight through during this run;
+   gradient straight through during this run (a clamp only where it would move its operand
+   back into range; values exactly on a pole or zero divisor are pushed up, and down when no
+   gradient leaves them upwards);
 3. when there is no usable gradient, the loss stops falling, or `max_descent` steps from one
    start have not succeeded (two culprits that undo each other's repairs), resample instead;
    a step after which an operator *before* the culprit fails (it overshot into another
@@ -55,8 +57,8 @@ from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.core.dtypes import INT_SEARCH_WIDEN
 from nnforge.oracle.safe_domain import (
-    COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, hinge_for,
-    op_info, repair_loss,
+    CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES,
+    hinge_for, op_info, repair_loss,
 )
 
 # Integer-only operators: the float proxy through which a gradient reaches their operand (the
@@ -203,6 +205,26 @@ class _StraightThrough(torch.autograd.Function):
         return None, grad.to(ctx.proxy_dtype)
 
 
+class _TowardsRange(torch.autograd.Function):
+    """A clamp's value (relu, hardtanh, clamp, ...) whose gradient goes to its operand as the
+    identity's, except where the operand was clamped and the step would take it further out of
+    the range: that never changes the result, and only lengthens the way back. (An lgamma of
+    softshrink(hardtanh(w, -2, -1)) is at its pole 0 wherever w >= -1: pushed up, w would wander
+    off for good; its gradient is cut instead, and the tie goes the other way, see TieBreak.)"""
+
+    @staticmethod
+    def forward(ctx, value: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x.detach() - value)  # > 0: clamped from above; < 0: from below
+        ctx.x_dtype = x.dtype
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (excess,) = ctx.saved_tensors
+        futile = ((excess > 0) & (grad < 0)) | ((excess < 0) & (grad > 0))
+        return None, torch.where(futile, torch.zeros_like(grad), grad).to(ctx.x_dtype)
+
+
 def _broadcastable_to(small: torch.Size, big: torch.Size) -> bool:
     if len(small) > len(big):
         return False
@@ -253,6 +275,27 @@ def _without_some_gradients(func, args, kwargs) -> tuple[tuple, dict, Any]:
             continue
     d_args, d_kwargs = tree_map_only(torch.Tensor, torch.Tensor.detach, (tuple(args), kwargs))
     return d_args, d_kwargs, func(*d_args, **d_kwargs)
+
+
+def _gradient_name(name: str, kwargs: dict) -> str:
+    """The name an op's gradient treatment goes by: div(x, y, rounding_mode=...) is a floor
+    division (no slope of its own either)."""
+    if name == "div" and kwargs.get("rounding_mode") is not None:
+        return "floor_divide"
+    return name
+
+
+def _smooth_proxy(name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor | None:
+    """PROXY_GRADIENT's stand-in for op `name` (None: it has none, or none with a gradient)."""
+    if name not in PROXY_GRADIENT:
+        return None
+    try:
+        proxy = PROXY_GRADIENT[name](args, kwargs, out)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    if isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad:
+        return proxy
+    return None
 
 
 class _Interceptor(TorchFunctionMode):
@@ -330,19 +373,14 @@ class _Interceptor(TorchFunctionMode):
             return out
         if self.shadows:
             out = self._through_shadows(func, args, kwargs, out)
-        name = info.name
-        if name == "div" and kwargs.get("rounding_mode") is not None:
-            name = "floor_divide"  # div(x, y, rounding_mode=...) has no gradient either
-        proxy = None
-        if name in PROXY_GRADIENT and out.is_floating_point():
-            try:
-                proxy = PROXY_GRADIENT[name](args, kwargs, out)
-            except (RuntimeError, TypeError, ValueError):
-                proxy = None
-        if proxy is not None and proxy.requires_grad and _broadcastable_to(proxy.shape, out.shape):
+        name = _gradient_name(info.name, kwargs)
+        proxy = _smooth_proxy(name, args, kwargs, out) if out.is_floating_point() else None
+        if proxy is not None and _broadcastable_to(proxy.shape, out.shape):
             out = _StraightThrough.apply(out.detach(), proxy)
         elif name in STRAIGHT_THROUGH and out.is_floating_point():
             x = args[0] if args else None
+            if name in CLAMPS and _grad_float(x) and x.shape == out.shape:
+                return _TowardsRange.apply(out.detach(), x)  # (no gradient floor: see there)
             if _grad_float(x) and _broadcastable_to(x.shape, out.shape):
                 out = _StraightThrough.apply(out.detach(), x)
             elif name in NO_DERIVATIVE:
@@ -460,9 +498,14 @@ class _Interceptor(TorchFunctionMode):
                 return out
         if not (isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad):
             return out
-        name = op_info(func).name
+        name = _gradient_name(op_info(func).name, kwargs)
         first = flat[0] if flat else None
-        if name in STRAIGHT_THROUGH and _grad_float(first) and _broadcastable_to(first.shape, proxy.shape):
+        s_args, s_kwargs = tree_unflatten(flat, spec)
+        smooth = _smooth_proxy(name, s_args, s_kwargs, proxy)
+        if smooth is not None and smooth.shape == proxy.shape:
+            # uint8(w) // 3 moves with w / 3: floor division of the float shadows has no slope
+            proxy = smooth
+        elif name in STRAIGHT_THROUGH and _grad_float(first) and _broadcastable_to(first.shape, proxy.shape):
             # sign(~x) moves with x; the op's own gradient stays (clamp(x, max=m) reaches m),
             # unless autograd has none (heaviside(x, v): its backward would raise)
             proxy = (proxy.detach() if name in NO_DERIVATIVE else proxy) + (first - first.detach())
@@ -642,6 +685,7 @@ class _Outcome:
     error: str | None = None
     loss_kind: str = "none"
     dtype: torch.dtype | None = None
+    ties: bool = False  # the loss met values exactly on a forbidden point (safe_domain.TieBreak)
 
 
 class ValueSearch:
@@ -750,6 +794,7 @@ class _Run:
         mode = self.mode
         mode.reset()
         mode.searching = searching
+        TIES.clear()
         if searching:
             args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.values]
             for i, slot in self.int_slots.items():
@@ -772,13 +817,13 @@ class _Run:
         if mode.culprit is not None:
             return self._culprit_outcome()
         if _nonfinite_tree(out):
-            return _Outcome("output", (-1, "output"), _total(None, mode.hinges))
+            return _Outcome("output", (-1, "output"), _total(None, mode.hinges), ties=TIES.seen)
         return _Outcome()
 
     def _culprit_outcome(self) -> _Outcome:
         mode = self.mode
         return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges),
-                        loss_kind=mode.loss_kind, dtype=mode.culprit_dtype)
+                        loss_kind=mode.loss_kind, dtype=mode.culprit_dtype, ties=TIES.seen)
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.start) * 1000.0
@@ -945,6 +990,7 @@ class _Run:
     # -- the loop
 
     def execute(self) -> SearchResult:
+        TIES.reset()
         try:
             first = self._forward(searching=False)
             if first.error is not None:
@@ -954,6 +1000,7 @@ class _Run:
             return self._search(first)
         finally:
             self._restore_flags()
+            TIES.reset()
 
     def _search(self, first: _Outcome) -> SearchResult:
         cfg = self.cfg
@@ -967,6 +1014,9 @@ class _Run:
         previous = math.inf  # the loss before the last step (same culprit), for the step length
         calm = 0  # steps in a row after which that loss did not rise
         frozen_at = None  # culprit key at which integer inputs stopped moving (see below)
+        # Values exactly on a forbidden point (safe_domain.TieBreak) were just sent the other
+        # way, for want of a gradient this way.
+        turned = False
         undo: tuple[int, list[torch.Tensor]] | None = None  # (reach, values) before the last step
         # The budget starts after the first (checking) run: it pays one-off costs such as the
         # first call of an operator in this process, which are not the search's doing.
@@ -1038,10 +1088,19 @@ class _Run:
                 limit = cfg.max_descent * (DESCENT_EXTENSION if heading else 1)
                 if stall < cfg.patience and descent < limit:
                     stepped = self._gradient_step(outcome.loss, freeze_ints=frozen_at == outcome.key)
+                    if not stepped and outcome.ties and not turned:
+                        # No gradient leaves the ties this way (clamped): try the other way.
+                        TIES.direction = -TIES.direction
+                        turned, undo = True, None
+                        iterations += 1
+                        continue
             if stepped:
                 descent += 1
+                turned = False
             else:
                 undo = None
+                TIES.reset()
+                turned = False
                 self._sample()
                 stall, last_key, best, descent, previous, frozen_at, calm = 0, None, math.inf, 0, math.inf, None, 0
                 # The sweep costs a run per sub-range and discrete input: where a gradient
@@ -1211,21 +1270,18 @@ class _Adam:
 
 
 def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
-    """The range an integer input's values may take: the range they span (an index stays a
-    valid index), widened when they are all (nearly) equal, as a lone scalar's are (down to 0,
-    where the small values domains favour lie; never to negative values if there were none); in
-    any case down to 0 and, when none is positive (a few random draws can all come out
-    negative), up to 8."""
+    """The range an integer input's values may take: the range they span, widened when they are
+    all (nearly) equal, as a lone scalar's are, and in any case to [-INT_SEARCH_WIDEN,
+    INT_SEARCH_WIDEN] (within the dtype). A handful of draws says little about the values a
+    program needs: [0, 0] or [-6, 1] from randint(-8, 9) must still reach -1 (lgamma(-i)) or 2
+    (log(digamma(i))). Indices need no tighter bound: a program that indexes with an input
+    raises outside its range, and a step into such values is taken back like any other."""
+    info = torch.iinfo(x.dtype)
+    w = INT_SEARCH_WIDEN  # the generator's value facts count on this bound (core/dtypes.py)
     lo, hi = int(x.min()), int(x.max())
     if hi - lo < 2:
-        info = torch.iinfo(x.dtype)
-        w = INT_SEARCH_WIDEN  # the generator's value facts count on this bound (core/dtypes.py)
-        lo, hi = max(info.min, lo - w if lo < 0 else 0), min(info.max, max(hi + w, w))
-    else:
-        if hi <= 0:  # a few draws that all came out non-positive: positives are as likely
-            hi = min(torch.iinfo(x.dtype).max, INT_SEARCH_WIDEN)
-        lo = min(lo, 0)  # 0 and 1 are where acos, erfinv and friends are finite (and valid indices)
-    return lo, hi
+        lo, hi = lo - w, hi + w
+    return max(info.min, min(lo, -w)), min(info.max, max(hi, w))
 
 
 # Sub-ranges an integer input is resampled from (None: the input's own bound), in order: all of

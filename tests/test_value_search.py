@@ -714,3 +714,86 @@ def test_atan2_with_an_exactly_zero_numerator_moves_its_denominator():
     res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
     assert_repaired(model, inputs, res)
     assert bool((model.w.detach() < 0).all())
+
+
+class LgammaOfNegatedInteger(nn.Module):
+    """lgamma(-i) is finite only for i <= -1; log(digamma(j)) only for j >= 2."""
+
+    def forward(self, i, j):
+        return torch.lgamma(torch.neg(i)), torch.log(torch.digamma(j))
+
+
+def test_integer_inputs_reach_values_beyond_the_few_they_were_drawn_with():
+    # Two zeros (of randint(-8, 9)) and a span of [-6, 1] say nothing about where the values
+    # may go: i must turn negative, j must pass 2.
+    inputs = (torch.zeros(2, dtype=torch.int8), torch.tensor([-2, -6, 0, 1, 1, 0, 0, -3]))
+    assert first_nonfinite(LgammaOfNegatedInteger(), inputs) == "lgamma"
+    res = ValueSearch(**SEARCH).run(LgammaOfNegatedInteger(), inputs)
+    assert_repaired(LgammaOfNegatedInteger(), inputs, res)
+    assert bool((res.inputs[0] <= -1).all()) and bool((res.inputs[1] >= 2).all())
+
+
+class AcoshOfFlooredByte(nn.Module):
+    """acosh(uint8(w) // 3) needs w >= 3; `div(..., rounding_mode="floor")` of the float shadow
+    has a gradient of 0, so only a stand-in (w / 3) moves w."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(6, dtype=torch.float64) * 2.0)
+
+    def forward(self, x):
+        return torch.acosh(torch.div(self.w.to(torch.uint8), 3, rounding_mode="floor")) + x
+
+
+def test_floor_division_of_an_integer_cast_passes_a_gradient_to_the_float():
+    torch.manual_seed(0)
+    model, inputs = AcoshOfFlooredByte(), (torch.randn(6),)
+    assert first_nonfinite(model, inputs) == "acosh"
+    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient"
+
+
+class ErfinvOfReciprocalFloor(nn.Module):
+    """erfinv(1.0 // w) is finite only for w > 1 (1.0 // w is then 0): the divisor is the only
+    operand with a gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(8) * 0.5 + 0.4)
+
+    def forward(self, x):
+        return torch.erfinv(1.0 // self.w) + x
+
+
+def test_floor_division_of_a_constant_moves_the_divisor():
+    torch.manual_seed(0)
+    model, inputs = ErfinvOfReciprocalFloor(), (torch.randn(8),)
+    assert first_nonfinite(model, inputs) == "erfinv"
+    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    assert res.method == "gradient" and bool((model.w.detach() > 1.0).all())
+
+
+class LgammaOfSaturatedClamp(nn.Module):
+    """softshrink(hardtanh(w, -2, -1), 1) lies in [-1, 0]; lgamma needs it off both ends, i.e.
+    w in (-2, -1). Wherever w >= -1 it is exactly 0, a pole: pushed up (the default way off a
+    pole) the clamp never lets it go; only down does."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        return torch.lgamma(F.softshrink(F.hardtanh(self.w, -2.0, -1.0), 1.0)) + x
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_value_exactly_on_a_pole_behind_a_clamp_leaves_it_the_way_the_clamp_allows(seed):
+    torch.manual_seed(seed)
+    model, inputs = LgammaOfSaturatedClamp(), (torch.randn(16),)
+    assert first_nonfinite(model, inputs) == "lgamma"
+    res = ValueSearch(seed=seed, **SEARCH).run(model, inputs)
+    assert_repaired(model, inputs, res)
+    w = model.w.detach()
+    assert bool(((w > -2.0) & (w < -1.0)).all())
