@@ -745,15 +745,6 @@ class AcoshOfFlooredByte(nn.Module):
         return torch.acosh(torch.div(self.w.to(torch.uint8), 3, rounding_mode="floor")) + x
 
 
-def test_floor_division_of_an_integer_cast_passes_a_gradient_to_the_float():
-    torch.manual_seed(0)
-    model, inputs = AcoshOfFlooredByte(), (torch.randn(6),)
-    assert first_nonfinite(model, inputs) == "acosh"
-    res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
-    assert_repaired(model, inputs, res)
-    assert res.method == "gradient"
-
-
 class ErfinvOfReciprocalFloor(nn.Module):
     """erfinv(1.0 // w) is finite only for w > 1 (1.0 // w is then 0): the divisor is the only
     operand with a gradient."""
@@ -766,13 +757,20 @@ class ErfinvOfReciprocalFloor(nn.Module):
         return torch.erfinv(1.0 // self.w) + x
 
 
-def test_floor_division_of_a_constant_moves_the_divisor():
+@pytest.mark.parametrize("case", [
+    # floor division of an integer cast's float shadow (its own slope is 0) moves the float
+    (AcoshOfFlooredByte, torch.randn(6), "acosh", lambda m: True),
+    # floor division of a constant moves the divisor, the only operand with a gradient
+    (ErfinvOfReciprocalFloor, torch.randn(8), "erfinv", lambda m: bool((m.w.detach() > 1.0).all())),
+], ids=["integer-cast-dividend", "constant-dividend"])
+def test_floor_division_passes_the_quotient_slope_to_what_can_move(case):
+    cls, x, culprit, moved = case
     torch.manual_seed(0)
-    model, inputs = ErfinvOfReciprocalFloor(), (torch.randn(8),)
-    assert first_nonfinite(model, inputs) == "erfinv"
+    model, inputs = cls(), (x,)
+    assert first_nonfinite(model, inputs) == culprit
     res = ValueSearch(seed=0, **SEARCH).run(model, inputs)
     assert_repaired(model, inputs, res)
-    assert res.method == "gradient" and bool((model.w.detach() > 1.0).all())
+    assert res.method == "gradient" and moved(model)
 
 
 class LgammaOfSaturatedClamp(nn.Module):
