@@ -87,6 +87,11 @@ def test_integers_exact_structure_shape_and_dtype_must_match():
     assert "dtype" in compare_tensors(torch.ones(2), torch.ones(2, dtype=torch.float64)).detail
     tol = default_tolerance(torch.float32)
     assert compare_tensors(torch.ones(4), torch.ones(4) + tol.atol / 2).ok
+    # int16(1 / x), x bfloat16: eager rounds the reciprocal to bfloat16 first
+    eager, compiled = torch.tensor([32000, 7], dtype=torch.int16), torch.tensor([32149, 7], dtype=torch.int16)
+    assert compare_tensors(eager, compiled, fp64=torch.tensor([32126, 7], dtype=torch.int16)).ok
+    assert not compare_tensors(eager, compiled, fp64=torch.tensor([31990, 7], dtype=torch.int16)).ok  # eager nearer
+    assert not compare_tensors(eager, compiled, fp64=eager.clone()).ok  # integer arithmetic: float64 is eager
 
 
 # -- registries and backends ----------------------------------------------------------------------------
