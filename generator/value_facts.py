@@ -96,12 +96,18 @@ def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
     rng = _INT_RANGES.get(dtype)
     if rng is None:
         return None
-    lo_in, hi_in = rng[0] <= f.lo, f.hi <= rng[1]
+    t_lo = _trunc(f.lo)  # truncation comes first: logsigmoid's [-0.69, 0] is 0 as a uint8
+    t_hi = _trunc(f.hi)
+    lo_in, hi_in = rng[0] <= t_lo, t_hi <= rng[1]
     if dtype not in ("int32", "int64") and not (lo_in and hi_in):
         return None
-    lo = float(math.trunc(f.lo)) if lo_in else float(rng[0])
-    hi = float(math.trunc(f.hi)) if hi_in else float(rng[1])
+    lo = t_lo if lo_in else float(rng[0])
+    hi = t_hi if hi_in else float(rng[1])
     return Facts(lo, hi, integral=True, zero=f.zero)  # an exact 0 stays 0
+
+
+def _trunc(x: float) -> float:
+    return x if math.isinf(x) else float(math.trunc(x))
 
 
 def dtype_facts(dtype: str) -> Facts:
@@ -132,6 +138,7 @@ _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "log": lambda x: math.log(x) if x > 0 else -INF, "log2": lambda x: math.log2(x) if x > 0 else -INF,
     "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
     "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
+    "acosh": lambda x: math.acosh(max(x, 1.0)),  # where finite (x >= 1)
 }
 _DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0)),
                # where finite (x > 0); an operand reaching 0 or below leaves no upper bound
@@ -223,6 +230,24 @@ def _bitwise_not_fn(op: OpSpec):
     return lambda x: -x - 1.0
 
 
+def _round_fn(d: int):
+    """round(x, decimals=d): to a multiple of 10 ** -d (half to even), non-decreasing."""
+    s = 10.0 ** abs(d)
+    return (lambda x: round(x * s) / s) if d > 0 else (lambda x: round(x / s) * s)
+
+
+def _logit_facts(op: OpSpec) -> Facts | None:
+    """logit(x, eps) with 0 < eps: x clamped into [eps, 1 - eps] first, so the result is bounded;
+    at eps = 1/2 it is 0. Above 1/2 the clamp turns over: x < eps gives eps, any other x 1 - eps."""
+    eps = _number(op.attrs.get("eps"), math.nan)
+    if not 0 < eps < 1 or _eps_lost_at_one(op):
+        return None
+    if eps == 0.5:
+        return Facts(0.0, 0.0, integral=True, zero=True)
+    v = abs(math.log((1 - eps) / eps)) * (1 + 1e-2)  # room for float16 rounding
+    return Facts(-v, v)
+
+
 def _shrink_fn(op: OpSpec):
     """hardshrink (x beyond +-lambd, else 0) and softshrink (x moved lambd towards 0, else 0):
     both non-decreasing for lambd >= 0 (hardshrink of a negative lambd is x itself)."""
@@ -257,6 +282,11 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
         fn = _clamp_fn(_number(a.get("min"), -INF), _number(a.get("max"), INF))
     elif name == "round" and a.get("decimals") in (None, 0):
         fn = round
+    elif name == "round" and isinstance(a.get("decimals"), int):
+        fn = _round_fn(a["decimals"])
+    elif name == "rrelu":  # eval mode: a leaky relu with the mean slope
+        slope = (_number(a.get("lower"), 1 / 8) + _number(a.get("upper"), 1 / 3)) / 2
+        fn = (lambda x: x if x >= 0 else slope * x) if slope >= 0 else None
     elif name in _SHRINKS:
         fn = _shrink_fn(op)
     elif name == "leaky_relu":
@@ -297,7 +327,7 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
         lo2, hi2 = max(lo, _RANGE[name][0]), min(hi, _RANGE[name][1])
         lo_limit, hi_limit = lo_limit and lo2 == lo, hi_limit and hi2 == hi
         lo, hi = lo2, hi2
-    integral = name in _INTEGRAL_RESULT or name == "round" or (f.integral and name in _KEEPS_INTEGRAL)
+    integral = name in _INTEGRAL_RESULT or (name == "round" and (a.get("decimals") or 0) <= 0) or (f.integral and name in _KEEPS_INTEGRAL)
     keeps_zero = f.zero and name in _ZERO_AT_ZERO
     symmetric = name in ("neg", "positive")  # a standardised value stays standardised
     # an element <= f.at_most stays <= fn(f.at_most) through a non-decreasing op
@@ -307,7 +337,8 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
                 at_most=at_most if at_most is not None and math.isfinite(at_most) else None)
     mapped = _mapped_values(name, fn or dec, f)
     if mapped is not None:
-        out = replace(out, lo=min(mapped), hi=max(mapped), values=mapped, zero=0.0 in mapped and len(mapped) > 1)
+        few = len(value_set(f) or ()) <= 5  # (a 0 among more values is not claimed to be met)
+        out = replace(out, lo=min(mapped), hi=max(mapped), values=mapped, zero=0.0 in mapped and len(mapped) > 1 and few)
     return out
 
 
@@ -318,7 +349,7 @@ _POINTWISE = {
     "square": lambda x: x * x, "frac": lambda x: x - math.trunc(x),
     "sinc": lambda x: 1.0 if x == 0 else math.sin(math.pi * x) / (math.pi * x),
 }
-_MAX_VALUES = 5
+_MAX_VALUES = 7  # relu6 of an integer: 0..6
 
 
 def _i0(x: float) -> float:
@@ -348,8 +379,14 @@ def _mapped_values(name: str, fn: Any, f: Facts) -> tuple[float, ...] | None:
     dropped: value search needs it finite anyway); None when unknown."""
     points = value_set(f)
     fn = fn or _POINTWISE.get(name)
+    if points is None and f.integral and name in _DOMAIN:  # the few integers inside the domain: acos(int)
+        lo, hi = max(f.lo, _ceil(_DOMAIN[name][0])), min(f.hi, _floor(_DOMAIN[name][1]))
+        if math.isfinite(lo) and math.isfinite(hi) and hi - lo < _MAX_VALUES:
+            points = tuple(float(v) for v in range(int(lo), int(hi) + 1))
     if points is None or fn is None:
         return None
+    if name in _DOMAIN:  # non-finite there (acos clamps its operand for bounds' sake only)
+        points = [v for v in points if _in_domain(name, v)]
     try:
         out = sorted({float(fn(v)) for v in points})
     except (OverflowError, ValueError, ZeroDivisionError):
@@ -778,6 +815,12 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(0.0, 0.0, integral=True, zero=True)
         elif name in _POWERS and _zero_base_power(op, ins):
             f = Facts(0.0, 0.0, integral=True, zero=True)
+        elif len(ins) == 1 and "scalar" in op.attrs and name in _POWERS:
+            f = _scalar_power_facts(op, ins[0], dt)
+        elif len(ins) == 1 and "scalar" in op.attrs and name == "div_rounding":
+            f = _floor_div_facts(op, ins[0])
+        elif name == "logit" and len(ins) == 1 and _logit_facts(op) is not None:
+            f = _logit_facts(op)
         elif len(ins) == 1 or name in ("hardtanh", "clamp", "threshold"):
             f = _unary_facts(op, ins[0])
             if f is not None and name == "log_softmax":
@@ -798,11 +841,97 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = replace(f, integral=f.integral or base.integral, fixed=fixed)
         elif base.integral and not f.integral:
             f = replace(f, integral=True)
+        if pos == 0 and len(out_dtypes) == 1 and len(ins) == 1 and _elementwise(op):
+            f = _through_points(op, ins[0], f, dt)
+        if f.lo == f.hi and math.isfinite(f.lo) and not f.fixed:  # one value wherever finite: a constant
+            f = replace(f, fixed=True)
         continuous = is_float(dt) and _keeps_continuous(op, ins) and not f.fixed
         if f.continuous != continuous:
             f = replace(f, continuous=continuous)
         outs.append(f)
     return outs
+
+
+# Elementwise ops of one tensor operand (their scalar forms included): a value the operand holds,
+# or each of the few it takes, maps to a point of the result (see `_through_points`).
+_ELEMENTWISE_1 = (frozenset(_INCREASING) | frozenset(_DECREASING) | frozenset(_POINTWISE) | _ZERO_AT_ZERO
+                  | {"hardtanh", "clamp", "threshold", "round", "logit", "hardsigmoid", "relu6", "bitwise_not",
+                     "add", "sub", "rsub", "mul", "div", "div_promote", "div_rounding", "fmod", "remainder",
+                     "pow", "float_power", "float_scalar_promote", "bitwise_and", "bitwise_or", "bitwise_xor",
+                     "xlogy", "rrelu", "leaky_relu"})
+
+
+def _elementwise(op: OpSpec) -> bool:
+    return op.name in _ELEMENTWISE_1 or (op.name.startswith("to_") and op.name != "to_bool")
+
+
+_UNKNOWN = object()
+
+
+def _point_image(op: OpSpec, p: float, dtype: str) -> Any:
+    """What elementwise `op` makes of the single value p: a float, None where it is non-finite
+    (a point outside a vulnerable op's domain), `_UNKNOWN` where the facts do not pin it."""
+    if op.name in _DOMAIN and not _in_domain(op.name, p):
+        return None
+    g = Facts(p, p, integral=float(p).is_integer())
+    out = value_facts(op, [g], [dtype], False)[0]
+    return out.lo if out.lo == out.hi and math.isfinite(out.lo) else _UNKNOWN
+
+
+def _through_points(op: OpSpec, g: Facts, f: Facts, dtype: str) -> Facts:
+    """`f` sharpened by the operand's known points: the few values it takes map to the few the
+    result takes (100 * heaviside(bool, bool) is 0 or 100), a value it holds to one the result
+    holds (a -2 pad border through trunc division by 3 is -0.0, a pole of lgamma)."""
+    if g.values is not None and f.values is None:
+        images = [_point_image(op, p, dtype) for p in g.values]
+        vals = sorted({v for v in images if v is not None}) if _UNKNOWN not in images else []
+        if vals and len(vals) <= _MAX_VALUES and f.lo <= vals[0] and vals[-1] <= f.hi:
+            f = replace(f, lo=vals[0], hi=vals[-1], values=tuple(vals), lo_limit=f.lo_limit and f.lo == vals[0],
+                        hi_limit=f.hi_limit and f.hi == vals[-1])
+    if g.holds is not None and f.holds is None:
+        h = _point_image(op, g.holds, dtype)
+        if h is not None and h is not _UNKNOWN:
+            f = replace(f, holds=h)
+    return f
+
+
+def _scalar_power_facts(op: OpSpec, f: Facts, dtype: str) -> Facts | None:
+    """x ** s and s ** x for a scalar s: x ** 0 and 1 ** x are 1; a single value x (a point of
+    the operand) gives its power."""
+    s = _number(op.attrs.get("scalar"), math.nan)
+    rop = op.attrs.get("form") == "rop"
+    if not math.isfinite(s):
+        return None
+    if (s == 0 and not rop) or (s == 1 and rop):
+        return Facts(1.0, 1.0, integral=True)
+    if f.lo != f.hi or not math.isfinite(f.lo) or dtype == "bool":
+        return None
+    base, exp = (s, f.lo) if rop else (f.lo, s)
+    if not is_float(dtype) and exp < 0:  # integer powers to a negative exponent truncate
+        return None
+    try:
+        v = base ** exp
+    except (OverflowError, ZeroDivisionError):
+        return None
+    if isinstance(v, complex) or not math.isfinite(v):
+        return None
+    return Facts(float(v), float(v), integral=float(v).is_integer())
+
+
+def _floor_div_facts(op: OpSpec, f: Facts) -> Facts | None:
+    """x // s, trunc(x / s) for a scalar s (`//`, floor_divide and rounding_mode="floor" floor;
+    "trunc" truncates): the bounds of x / s rounded, integral; an exact 0 stays 0."""
+    a = op.attrs
+    s = _number(a.get("scalar"), math.nan)
+    if a.get("form") == "rop" or not math.isfinite(s) or s == 0:
+        return None
+    lo, hi = sorted((f.lo / s, f.hi / s))
+    if math.isnan(lo) or math.isnan(hi):
+        return None
+    if f.lo != f.hi:  # room for the quotient's rounding in low precision (a point is kept exact)
+        lo, hi = lo - 1e-3 * abs(lo), hi + 1e-3 * abs(hi)
+    rnd = _trunc if a.get("rounding_mode") == "trunc" else _floor
+    return Facts(float(rnd(lo)), float(rnd(hi)), integral=True, zero=f.zero)
 
 
 # Ops whose float results are exactly 0 only where a continuous operand is (or on a point of it):

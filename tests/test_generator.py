@@ -619,3 +619,54 @@ def test_a_triangle_holds_a_zero_only_where_its_solved_sizes_drop_something():
     assert zero("triu", 0, (3, 3)) and not zero("triu", 0, (1, 3)) and not zero("triu", -2, (3, 3))
     assert zero("triu", 1, (1, 1)) and not zero("tril", 0, (0, 3))
     assert not value_facts(op, [x], ["float32"], False)[0].zero  # diagonal and sizes unsolved: no claim
+
+
+def test_truncating_casts_pinned_values_points_and_held_values_are_seen_through():
+    from nnforge.generator.value_facts import Facts, placeholder_facts
+
+    f32, i32 = [("float32", 2)], [("int32", 2)]
+    _, ls = _facts_through("logsigmoid", f32, [_facts_through("to_float32", [("uint8", 0)], [placeholder_facts("uint8")])[1]])
+    _, cast = _facts_through("to_uint8", f32, [ls])  # [-0.69, 0) truncates to 0, which fits a uint8
+    assert cast.lo == cast.hi == 0 and cast.fixed and _facts_through("log", [("uint8", 2)], [cast])[0]
+    assert _facts_through("to_uint8", f32, [Facts(-1.5, 3.0)])[1].lo == 0  # -1 wraps: nothing known but the dtype
+
+    ints = placeholder_facts("int8")
+    _, c = _facts_through("clamp", [("int8", 2)], [ints], min="100", max="0")  # min > max: all 0
+    assert c.fixed and c.lo == c.hi == 0
+    _, e = _facts_through("exp2", [("int8", 2)], [c])
+    assert e.fixed and _facts_through("atanh", f32, [e])[0]  # any op of a pinned value is fixed
+    assert not _facts_through("clamp", [("int8", 2)], [ints], min="0", max="100")[1].fixed
+
+    x = placeholder_facts("float32")
+    one = _facts_through("pow", f32, [x], scalar="1", form="rop")[1]  # 1 ** x
+    assert one.fixed and one.lo == one.hi == 1
+    assert _facts_through("pow", f32, [x], scalar="0", form="op")[1].fixed  # x ** 0
+    assert not _facts_through("pow", f32, [x], scalar="2", form="rop")[1].fixed
+
+    _, border = _facts_through("pad", f32, [x], mode="constant", value=-2.0, k=1, pad0=1, pad1=0)
+    _, q = _facts_through("div_rounding", f32, [border], scalar="3", form="fn", rounding_mode="trunc")
+    assert q.holds == 0 and _facts_through("lgamma", f32, [q])[0]  # trunc(-2 / 3) is -0.0: a pole
+    _, fq = _facts_through("div_rounding", f32, [border], scalar="3", form="fn", rounding_mode="floor")
+    assert fq.holds == -1 and _facts_through("log1p", f32, [fq])[0]  # floor(-2 / 3) is -1: log1p(-1) is -inf
+    _, shifted = _facts_through("add", f32, [border], scalar="5", form="fn")
+    assert shifted.holds == 3 and not _facts_through("log", f32, [shifted])[0]
+
+    _, r6 = _facts_through("relu6", i32, [placeholder_facts("int32")])  # 0..6: seven values
+    _, ac = _facts_through("acos", f32, [r6])
+    doomed, asin = _facts_through("asin", f32, [ac])  # finite only where every element is 1
+    assert doomed and asin.lo == asin.hi == 0 and asin.fixed
+    _, ac_int = _facts_through("acos", i32, [placeholder_facts("int32")])  # acos of -1, 0, 1 only
+    assert ac_int.values is not None and len(ac_int.values) == 3
+
+    bits = Facts(0.0, 1.0, integral=True, values=(0.0, 1.0))
+    _, hundred = _facts_through("mul", f32, [bits], scalar="100", form="fn")
+    assert hundred.values == (0.0, 100.0)
+    _, ah = _facts_through("acosh", f32, [hundred])
+    assert ah.fixed and _facts_through("asin", f32, [ah])[0]
+
+    _, half = _facts_through("logit", f32, [x], eps=0.5)  # clamped to 0.5: logit is 0
+    assert half.fixed and half.lo == half.hi == 0 and _facts_through("reciprocal", f32, [half])[0]
+    _, tenth = _facts_through("logit", f32, [x], eps=0.1)
+    assert -2.3 < tenth.lo < -2.19 and not tenth.fixed
+    _, rounded = _facts_through("round", f32, [ls], decimals=-2)  # logsigmoid to hundreds: <= 0
+    assert rounded.hi == 0 and _facts_through("rsqrt", f32, [rounded])[0]
