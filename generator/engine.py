@@ -23,8 +23,8 @@ from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
-    SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, placeholder_facts, same_values_as, shrinks_help,
-    triangle_drops, value_facts,
+    SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, operand_need, placeholder_facts,
+    same_values_as, shrinks_help, triangle_drops, value_facts, within,
 )
 
 
@@ -191,6 +191,9 @@ class GraphGenerator:
         self.vals: dict[int, _Val] = {}
         self.nodes: list[_Node] = []
         self.facts: dict[int, Facts] = {}  # what the graph guarantees about values (placeholders: none)
+        # Canonical value id -> the vulnerable unary ops that read it: in any all-finite run the
+        # value lies in each one's domain, which narrows its facts for every other consumer.
+        self.needs: dict[int, tuple[str, ...]] = {}
         # value -> a value with the very same elements (positive(x), x.contiguous(), x.to(x.dtype)):
         # the self-cancelling rule (x - positive(x) is 0) compares canonical ids
         self.alias: dict[int, int] = {}
@@ -264,6 +267,11 @@ class GraphGenerator:
             self.stats.no_match += 1
             self._forget(new_ids)
             return False
+        needs, facts_after = self._with_need(op, in_ids)
+        if facts_after is None:  # its domain would leave another reader of the operand no finite value
+            self.stats.no_match += 1
+            self._forget(new_ids)
+            return False
         tensors = [v.t for v in ins]
         try:
             cons = list(op.requires(tensors))
@@ -287,6 +295,8 @@ class GraphGenerator:
             self.vals[oid] = _Val(oid, o, placeholder=False)
             out_ids.append(oid)
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
+        self.needs, self.facts = needs, facts_after
+        in_facts = [self._facts_of(i) for i in in_ids]
         self.facts.update(zip(out_ids, self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])))
         self._note_alias(op, in_ids, out_ids)
         self.stats.inserted += 1
@@ -515,18 +525,52 @@ class GraphGenerator:
         f = (self.facts if facts is None else facts).get(vid)
         return f if f is not None else placeholder_facts(self.vals[vid].t.dtype)
 
-    def _facts_with(self, vid: int, made: Facts) -> dict[int, Facts] | None:
+    def _facts_with(self, vid: int, made: Facts, needs: dict[int, tuple[str, ...]] | None = None
+                    ) -> dict[int, Facts] | None:
         """Every value's facts once placeholder `vid` gets facts `made` (nodes are in topological
-        order), or None if a vulnerable op would then be hopeless."""
+        order) and each value is narrowed to what the ops reading it need (`needs`, by default
+        the graph's), or None if a vulnerable op would then be hopeless or a value have no room."""
+        needs = self.needs if needs is None else needs
         facts = dict(self.facts)
         facts[vid] = made
+        produced = {o for n in self.nodes for o in n.outputs}
+        for leaf in self.vals:
+            if leaf not in produced and self._canon(leaf) in needs:
+                narrowed = self._narrowed(leaf, self._facts_of(leaf, facts), needs)
+                if narrowed is None:
+                    return None
+                facts[leaf] = narrowed
         for n in self.nodes:
             ins = [self._facts_of(i, facts) for i in n.inputs]
             if hopeless(n.spec, ins):
                 return None
             dts = [self.vals[o].t.dtype for o in n.outputs]
-            facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts)))
+            for o, f in zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts)):
+                narrowed = self._narrowed(o, f, needs)
+                if narrowed is None:
+                    return None
+                facts[o] = narrowed
         return facts
+
+    def _narrowed(self, vid: int, f: Facts, needs: dict[int, tuple[str, ...]]) -> Facts | None:
+        for name in needs.get(self._canon(vid), ()):
+            f = within(name, f)
+            if f is None:
+                return None
+        return f
+
+    def _with_need(self, op: OpSpec, in_ids: list[int]
+                   ) -> tuple[dict[int, tuple[str, ...]], dict[int, Facts] | None]:
+        """The needs and facts once `op` reads `in_ids`: unchanged unless it is a vulnerable
+        unary op whose domain narrows its operand (None facts: that leaves some value no room)."""
+        name = operand_need(op)
+        if name is None or not in_ids:
+            return self.needs, self.facts
+        key = self._canon(in_ids[0])
+        if name in self.needs.get(key, ()):
+            return self.needs, self.facts
+        needs = {**self.needs, key: self.needs.get(key, ()) + (name,)}
+        return needs, self._facts_with(in_ids[0], self._facts_of(in_ids[0]), needs)
 
     def _canon(self, vid: int) -> int:
         while vid in self.alias:

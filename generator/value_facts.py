@@ -1204,6 +1204,41 @@ def _practical(f: Facts) -> tuple[float, float]:
     return lo, hi
 
 
+def operand_need(op: type[OpSpec] | OpSpec) -> str | None:
+    """The name of the domain (`_DOMAIN`) that vulnerable unary `op` puts on its operand in every
+    all-finite run, or None: a value that feeds acosh is >= 1 for every consumer, so that
+    erfinv(-mean(v)) beside acosh(v) is as doomed as erfinv(-mean(acosh's domain)). Poles and
+    clamped ops (logit with eps) say nothing about an interval."""
+    name = op.name
+    if name not in _DOMAIN or name in _POLE_AT_ZERO:
+        return None
+    if name == "logit" and getattr(op, "attrs", {}).get("eps") not in (None, 0.0):
+        return None
+    return name
+
+
+def within(name: str, f: Facts) -> Facts | None:
+    """Facts `f` narrowed to the domain of unary op `name` (see `operand_need`), or None when no
+    value is left in practice. (A single point left, acos(v) beside acosh(v), stays: an integer v
+    meets it, and so may a saturating one, sqrt(-exp(x)) at exp's underflow.)"""
+    if _never_finite(name, f):
+        return None
+    lo, hi, lo_open, hi_open = _DOMAIN[name]
+    if f.integral:  # the integers inside
+        if math.isfinite(lo):
+            lo, lo_open = (math.floor(lo) + 1 if lo_open else math.ceil(lo)), False
+        if math.isfinite(hi):
+            hi, hi_open = (math.ceil(hi) - 1 if hi_open else math.floor(hi)), False
+    new_lo, lo_limit = (lo, lo_open) if lo > f.lo else (f.lo, f.lo_limit)
+    new_hi, hi_limit = (hi, hi_open) if hi < f.hi else (f.hi, f.hi_limit)
+    if new_lo > new_hi or (new_lo == new_hi and (lo_limit or hi_limit)):
+        return None
+    values = f.values
+    if values is not None:
+        values = tuple(v for v in values if _in_domain(name, v)) or None
+    return replace(f, lo=new_lo, hi=new_hi, lo_limit=lo_limit, hi_limit=hi_limit, values=values)
+
+
 def _never_finite(name: str, f: Facts) -> bool:
     """Whether unary `name` is non-finite (in practice) on every value with facts `f`."""
     lo, hi, lo_open, hi_open = _DOMAIN[name]

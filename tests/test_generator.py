@@ -175,7 +175,24 @@ def test_vulnerable_ops_are_not_fed_values_that_no_input_makes_finite():
     assert gen.insert_forward(ops["exp"], [idx])
     normed = out_of("layer_norm", x)  # mean zero, unit variance
     assert not gen.insert_forward(ops["log"], [normed]) and not gen.insert_forward(ops["atanh"], [normed])
+    # x itself is unknown, yet sqrt(-exp(x)) above needs exp(x) to underflow to 0: x far below 0
+    assert not gen.insert_forward(ops["log"], [x])
+    gen, ops, x, out_of = _one_input_generator()
     assert gen.insert_forward(ops["log"], [x]) and gen.insert_forward(ops["atanh"], [x])
+
+
+def test_a_value_read_by_a_vulnerable_op_lies_in_its_domain_for_every_other_reader():
+    gen, ops, x, out_of = _one_input_generator()
+    assert gen.insert_forward(ops["acosh"], [x])  # x >= 1 in any all-finite run
+    mean = out_of("neg", out_of("mean", x))  # then -mean(x) <= -1
+    assert not gen.insert_forward(ops["erfinv"], [mean])  # erfinv(-1) is -inf
+    assert gen.insert_forward(ops["log"], [out_of("mean", x)])  # log(mean(x)) is fine
+    assert not gen.insert_forward(ops["rsqrt"], [out_of("neg", x)])  # -x <= -1
+    # the need is checked in both orders: a domain that would doom an earlier reader is refused
+    gen, ops, y, out_of = _one_input_generator()
+    assert gen.insert_forward(ops["erfinv"], [out_of("neg", out_of("mean", y))])
+    assert not gen.insert_forward(ops["acosh"], [y])
+    assert gen.insert_forward(ops["sqrt"], [y])  # y >= 0 leaves -mean(y) room in (-1, 0]
 
     # the same rule holds in whole graphs, where backward insertion can put the producer in later
     for seed in range(25):
