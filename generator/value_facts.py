@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from nnforge.core.dtypes import INT_SEARCH_WIDEN, input_int_range, is_float
 from nnforge.generator.spec import OpSpec
+from nnforge.generator.specs.nn_arith import MAX_CHANNELS
 
 
 # Values fixed by the graph alone, whatever the inputs and weights (as long as they are finite,
@@ -100,7 +101,8 @@ def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
     t_hi = _trunc(f.hi)
     lo_in, hi_in = rng[0] <= t_lo, t_hi <= rng[1]
     if dtype not in ("int32", "int64") and not (lo_in and hi_in):
-        return None
+        # wraps around: the bounds are lost, but an exact 0 is 0 in any integer dtype
+        return Facts(float(rng[0]), float(rng[1]), integral=True, zero=f.zero) if f.zero else None
     lo = t_lo if lo_in else float(rng[0])
     hi = t_hi if hi_in else float(rng[1])
     return Facts(lo, hi, integral=True, zero=f.zero)  # an exact 0 stays 0
@@ -125,6 +127,19 @@ def _safe(f, x: float) -> float:
         return INF if x > 0 else -INF
 
 
+def _erfinv(x: float) -> float:
+    """The inverse of erf (by bisection; +-inf from +-1 on: where finite, |x| < 1)."""
+    if x <= -1 or x >= 1:
+        return math.copysign(INF, x)
+    if abs(x) < 1e-8:  # erf(y) is 2 y / sqrt(pi) near 0
+        return x * math.sqrt(math.pi) / 2
+    lo, hi = (0.0, 6.0) if x > 0 else (-6.0, 0.0)  # erf(6) is 1 in float64
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < x else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _sigmoid(x: float) -> float:
     return 0.5 * (1.0 + math.tanh(x / 2))
 
@@ -139,6 +154,8 @@ _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
     "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
     "acosh": lambda x: math.acosh(max(x, 1.0)),  # where finite (x >= 1)
+    "atanh": lambda x: math.atanh(x) if -1 < x < 1 else math.copysign(INF, x),  # where finite (|x| < 1)
+    "erfinv": lambda x: _erfinv(x),
 }
 _DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0)),
                # where finite (x > 0); an operand reaching 0 or below leaves no upper bound
@@ -153,7 +170,7 @@ _ASYMPTOTES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "erf": (-1.0, 1.0), "
 # Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
 _STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
                      "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
-                     "logsigmoid", "rsqrt", "bitwise_not"})
+                     "logsigmoid", "rsqrt", "bitwise_not", "atanh", "erfinv"})
 _DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
 _SINC_MIN = -0.22  # sin(pi x) / (pi x) is -0.217234 at its least (x = +-1.4303); room for bfloat16 rounding
 _RANGE = {  # output bounds whatever the input
@@ -265,7 +282,7 @@ def _shrink_fn(op: OpSpec):
 _ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
                            "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
                            "deg2rad", "rad2deg", "sqrt", "expm1", "hardswish", "silu", "gelu", "mish", "elu", "selu",
-                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink",
+                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink", "atanh", "erfinv",
                            "contiguous", "dropout"})
 
 
@@ -437,7 +454,14 @@ def _scalar_facts(op: OpSpec, f: Facts) -> Facts | None:
             lo_limit = lo < 0 and ((lo == -m and not integral) or (lo == f.lo and f.lo_limit))
             hi_limit = hi > 0 and ((hi == m and not integral) or (hi == f.hi and f.hi_limit))
             return Facts(lo, hi, integral, lo_limit=lo_limit, hi_limit=hi_limit)
-        return Facts(0.0, m, integral) if s > 0 else Facts(-m, 0.0, integral)  # the divisor's sign
+        # remainder takes the divisor's sign; a dividend of that sign too gives fmod(x, s), which is
+        # exact: |result| < |s| strictly, so +-|s| is never met. (A dividend of the other sign may
+        # round up to it: remainder(-1e-9, 1.0) is 1.0.)
+        same_sign = f.lo >= 0 if s > 0 else f.hi <= 0
+        if same_sign and -abs(s) < f.lo and f.hi < abs(s):  # x itself
+            return Facts(f.lo, f.hi, f.integral, lo_limit=f.lo_limit, hi_limit=f.hi_limit)
+        limit = same_sign and not integral
+        return Facts(0.0, m, integral, hi_limit=limit) if s > 0 else Facts(-m, 0.0, integral, lo_limit=limit)
     return None
 
 
@@ -720,6 +744,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif same_operands and _self_cancels(op):
             v = _SELF_CANCELLED_VALUE[name]
             f = Facts(v, v, integral=True, zero=v == 0)
+        elif same_operands and _self_divides(op):
+            f = Facts(1.0, 1.0, integral=True, values=(1.0,))  # x / x: 1 wherever finite (NaN at 0)
+        elif name == "frac" and ins and ins[0].integral:
+            f = Facts(0.0, 0.0, integral=True, zero=True)  # x - trunc(x) of a whole number
         elif _is_index_output(op, pos):
             f = _INDEX
         elif name in _CLASS_TEST_VALUE:  # on finite values (all value search accepts)
@@ -793,9 +821,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name == "tril_triu":
             g = ins[0]
             f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=triangle_drops(op, concrete))
-        elif name == "normalize":  # x / max(norm, eps): each element keeps its sign
-            g = ins[0]
-            f = Facts(0.0 if g.lo >= 0 else -INF, 0.0 if g.hi <= 0 else INF, negative=g.negative or g.hi < 0)
+        elif name == "normalize":
+            f = _normalize_facts(op, ins[0])
+        elif name == "local_response_norm":
+            f = _lrn_facts(op, ins[0], dt)
         elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
             centered, unit = _standardised(op)
             f = Facts(centered=centered, unit=unit)
@@ -819,8 +848,17 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _scalar_power_facts(op, ins[0], dt)
         elif len(ins) == 1 and "scalar" in op.attrs and name == "div_rounding":
             f = _floor_div_facts(op, ins[0])
+        elif len(ins) == 2 and name == "div_rounding":
+            f = Facts(integral=True)  # a rounded quotient: a whole number wherever finite
+        elif len(ins) == 2 and name in ("mul", "mul_promote"):
+            lo, hi = _product_bounds(ins[0], ins[1], same_operands)
+            f = Facts(lo, hi, integral=ins[0].integral and ins[1].integral, zero=ins[0].zero or ins[1].zero)
+            if dt in _INT_RANGES and not (math.isfinite(lo) and math.isfinite(hi)):
+                f = None  # an unbounded integer product may wrap around: only the dtype is known
         elif name == "logit" and len(ins) == 1 and _logit_facts(op) is not None:
             f = _logit_facts(op)
+        elif name == "square" and dt in _INT_RANGES and not _fits_square(ins[0], dt):
+            f = None  # an integer square beyond the dtype wraps around (int8 16 * 16 is 0)
         elif len(ins) == 1 or name in ("hardtanh", "clamp", "threshold"):
             f = _unary_facts(op, ins[0])
             if f is not None and name == "log_softmax":
@@ -1102,10 +1140,11 @@ def _modulo_facts(name: str, x: Facts, y: Facts) -> Facts | None:
     that holds a 0 gives a result that holds one; remainder takes a one-signed divisor's sign."""
     zero = x.zero or (x.lo == x.hi == 0)
     integral = x.integral and y.integral
+    # a dividend of the divisor's sign gives the exact fmod(x, y), below |y| (see `_scalar_facts`)
     if name == "remainder" and y.lo >= 0:
-        return Facts(0.0, y.hi, integral, zero=zero)
+        return Facts(0.0, y.hi, integral, zero=zero, hi_limit=x.lo >= 0 and y.hi < INF)
     if name == "remainder" and y.hi <= 0:
-        return Facts(y.lo, 0.0, integral, zero=zero)
+        return Facts(y.lo, 0.0, integral, zero=zero, lo_limit=x.hi <= 0 and y.lo > -INF)
     if name == "fmod":  # the dividend's sign, |fmod(x, y)| <= |x|
         return Facts(min(x.lo, 0.0), max(x.hi, 0.0), integral, zero=zero)
     return Facts(integral=integral, zero=zero) if zero else None
@@ -1142,6 +1181,59 @@ def _bitwise_facts(op: OpSpec, ins: list[Facts]) -> Facts | None:
     if all(n or p for n, p in zip(neg, nonneg)):  # xor: each sign known
         return Facts(-INF, -1.0, integral=True) if neg[0] != neg[1] else Facts(0.0, INF, integral=True)
     return None
+
+
+def _fits_square(g: Facts, dtype: str) -> bool:
+    m = max(abs(g.lo), abs(g.hi))
+    return math.isfinite(m) and m * m <= _INT_RANGES[dtype][1]
+
+
+def _normalize_facts(op: OpSpec, g: Facts) -> Facts:
+    """F.normalize(x, p) is x / max(||x||_p, eps): each element keeps its sign, and for p > 0
+    |x_i| <= ||x||_p (the norm is at least the largest |x_i|, rounded sums included), so it
+    lies within [-1, 1]."""
+    p = _number(op.attrs.get("p"), 2.0)
+    if p > 0:
+        lo, hi = -1.0, 1.0
+    elif p == 0:  # the norm counts the non-zeros (an all-zero x is divided by eps): |x| at most
+        lo, hi = g.lo, g.hi
+    else:
+        lo, hi = -INF, INF
+    return Facts(0.0 if g.lo >= 0 else lo, 0.0 if g.hi <= 0 else hi, negative=g.negative or g.hi < 0)
+
+
+# Spacing of floats just above 1, per dtype: a factor further from 1 than a few of these is
+# not lost to rounding.
+_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
+
+
+_LRN_MAX_SIZE = 2 * MAX_CHANNELS  # (LocalResponseNorm.requires)
+
+
+def _lrn_facts(op: OpSpec, g: Facts, dtype: str) -> Facts | None:
+    """local_response_norm: x / (k + alpha * mean of x ** 2 over its window) ** beta. With k >= 1,
+    alpha >= 0 and beta > 0 the divisor is >= 1: each element keeps its sign and shrinks. The
+    window holds x itself, so an element at a bound b is divided by at least
+    (k + alpha * b ** 2 / size) ** beta; where that is clearly above 1 in the dtype, b is never met."""
+    a = op.attrs
+    k, alpha, beta = _number(a.get("k"), 1.0), _number(a.get("alpha"), 1e-4), _number(a.get("beta"), 0.75)
+    size = a.get("size")
+    if not (k >= 1 and alpha >= 0 and beta > 0):
+        return None
+    lo, hi = min(g.lo, 0.0), max(g.hi, 0.0)
+    eps = _EPS.get(dtype)
+
+    if not isinstance(size, int) or isinstance(size, bool):
+        size = _LRN_MAX_SIZE  # not solved yet: the largest window the spec allows
+
+    def shrinks(b: float) -> bool:  # an element equal to b comes out strictly smaller in magnitude
+        if eps is None or size < 1 or not math.isfinite(b) or b == 0:
+            return False
+        return (k + alpha * b * b / size) ** beta - 1 > 8 * eps
+
+    lo_limit = lo < 0 and (g.lo_limit or shrinks(lo))
+    hi_limit = hi > 0 and (g.hi_limit or shrinks(hi))
+    return Facts(lo, hi, lo_limit=lo_limit, hi_limit=hi_limit, negative=g.hi < 0 or g.negative)
 
 
 def _product_facts(g: Facts, dtype: str) -> Facts | None:
@@ -1300,7 +1392,15 @@ def _self_cancels(op: OpSpec) -> bool:
     return op.name in _SELF_CANCELLING and op.attrs.get("alpha") in (None, 1)
 
 
-_POWERS = frozenset({"pow", "float_power"})
+# Divisions whose result on one value twice is 1 wherever finite: x / x, x // x, trunc(x / x).
+_SELF_DIVIDING = frozenset({"div", "div_promote", "div_rounding"})
+
+
+def _self_divides(op: type[OpSpec] | OpSpec) -> bool:
+    return op.name in _SELF_DIVIDING and "scalar" not in getattr(op, "attrs", {})
+
+
+_POWERS = frozenset({"pow", "float_power", "pow_promote"})  # (pow_promote: tensors of two dtypes)
 _SHRINKS = frozenset({"hardshrink", "softshrink"})
 
 
@@ -1406,7 +1506,9 @@ def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
     engine resolves aliases, see `same_values_as`), so that x - positive(x) cancels too."""
     if op.name in _FIXED_RESULT:
         return True
-    if len(inputs) == 2 and inputs[0] == inputs[1] and _self_cancels(op):
+    if len(inputs) == 2 and inputs[0] == inputs[1] and (_self_cancels(op) or _self_divides(op)):
+        return True
+    if op.name == "frac" and ins and ins[0].integral:
         return True
     if ((op.name in _POWERS and _zero_base_power(op, ins)) or (op.name in _SHRINKS and _shrunk_away(op, ins))
             or (op.name == "xlogy" and _xlogy_of_bits(ins))):

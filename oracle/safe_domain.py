@@ -120,6 +120,57 @@ def _atan2_proxy(y: Any, x: Any, out: torch.Tensor) -> torch.Tensor | None:
     return torch.atan2(torch.where(zero, torch.ones_like(y), y), x)
 
 
+class PoleCrossing:
+    """Whether operators with a pole inside their operand's range (tan, reciprocal, a divisor)
+    pass back their slope reversed. Their slope leads a value that must change sign away from
+    the pole, the short way there: log(tan(v)) with v just above tan's pole at -pi/2 (tan very
+    negative) is sent up, into the clamp at -1 of a hardtanh feeding v, where tan stays
+    negative; across the pole, just below -pi/2, tan is large and positive. Value search turns
+    this on when a descent through such an operator finds no gradient or stalls, and off when
+    it resamples. `seen` says whether one was met (with an operand that carries a gradient)
+    since the last `clear`."""
+
+    def __init__(self) -> None:
+        self.across = False
+        self.seen = False
+
+    def clear(self) -> None:
+        self.seen = False
+
+    def reset(self) -> None:
+        self.across, self.seen = False, False
+
+
+POLES = PoleCrossing()
+
+
+def _reversed_slope(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """A stand-in whose gradient in x is minus fn's (the value is never used)."""
+    return -fn(x)
+
+
+def _pole_proxy(x: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+    """For an operator with a pole in operand x: its slope reversed while POLES.across."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad):
+        return None
+    POLES.seen = True
+    return _reversed_slope(x, fn) if POLES.across else None
+
+
+def _divisor_pole_proxy(x: Any, y: Any) -> torch.Tensor | None:
+    """x / y with the slope in the divisor y reversed while POLES.across (the dividend's kept)."""
+    if not (isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad):
+        return None
+    POLES.seen = True
+    if not POLES.across or isinstance(x, bool) or not isinstance(x, (torch.Tensor, int, float)):
+        return None
+    x_d = x.detach() if isinstance(x, torch.Tensor) else x
+    try:
+        return x / y.detach() - x_d / y
+    except (RuntimeError, TypeError):
+        return None
+
+
 def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, Any]:
     return _arg(args, kwargs, 0, first, "input", "self"), _arg(args, kwargs, 1, second, "other")
 
@@ -133,6 +184,10 @@ PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | 
     "remainder": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
     "rremainder": lambda a, k, out: _remainder_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
     "atan2": lambda a, k, out: _atan2_proxy(*_operands(a, k, "input", "other"), out),
+    "tan": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.tan),
+    "reciprocal": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.reciprocal),
+    "div": lambda a, k, out: _divisor_pole_proxy(*_operands(a, k, "input", "other")),
+    "rdiv": lambda a, k, out: _divisor_pole_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self")),
 }
 # Monotone increasing operators whose true gradient vanishes on large regions: saturation
 # (tanh(20), sigmoid(-100), elu(-100)), or rounding in low precision (tanhshrink(0.02) is 0 in
@@ -382,16 +437,34 @@ def _above_minus_one(args, kwargs, dtype):
     return None if x is None else _below(x, -1.0 + MARGIN)
 
 
-@safe_domain("asin", "acos", "atanh", "erfinv")
-def _unit_interval(args, kwargs, dtype):
+def _outside_closed(x: torch.Tensor, bound: float, above: bool) -> torch.Tensor:
+    """Penalty for elements outside a closed bound (below it, or above it if `above`), growing
+    from the bound plus the margin; elements already inside are left alone, even within the
+    margin. Where the operand cannot pass the bound (sin is at most 1 for acosh, a softmax at
+    most 1 for asin), a margin beyond it is out of reach: the elements that hit the bound
+    exactly (bfloat16 rounds sin near its peak to 1) must settle there, not be pushed on and
+    jitter back out, which Adam's normalised steps do however small the slope gets."""
+    outside = x.detach() > bound if above else x.detach() < bound
+    gap = (x - (bound - MARGIN)) if above else ((bound + MARGIN) - x)
+    return torch.where(outside, gap, torch.zeros_like(gap)).sum()
+
+
+@safe_domain("atanh", "erfinv")
+def _open_unit_interval(args, kwargs, dtype):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x.abs(), 1.0 - MARGIN)
+
+
+@safe_domain("asin", "acos")
+def _unit_interval(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _outside_closed(x.abs(), 1.0, above=True)
 
 
 @safe_domain("acosh")
 def _at_least_one(args, kwargs, dtype):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, 1.0 + MARGIN)
+    return None if x is None else _outside_closed(x, 1.0, above=False)
 
 
 @safe_domain("entr")

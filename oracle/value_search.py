@@ -21,18 +21,21 @@ One iteration:
    operators with zero gradient (floor, relu's flat side, clamp, casts, comparisons) pass the
    gradient straight through during this run (a clamp only where it would move its operand
    back into range; values exactly on a pole or zero divisor are pushed up, and down when no
-   gradient leaves them upwards);
+   gradient leaves them upwards; operators with a pole, tan and divisors, reverse their slope
+   when a descent through them gets stuck, to cross the pole, see safe_domain.PoleCrossing);
 3. when there is no usable gradient, the loss stops falling, or `max_descent` steps from one
    start have not succeeded (two culprits that undo each other's repairs), resample instead;
    a step after which an operator *before* the culprit fails (it overshot into another
    operator's forbidden region) is taken back and retried with integer inputs held (if one of
    them moved), else at half the length; steps double while the loss falls steadily but
-   slowly (the domain is far away: y must reach 57 for int8(y / 57) >= 1).
+   slowly (the domain is far away: y must reach 57 for int8(y / 57) >= 1), and a lengthened
+   step after which the loss rises (it overshot a narrow domain) is taken back and shortened.
 
 Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
 of the inputs never change. Integer inputs (generated programs feed them straight into log,
 acos, division) are optimised too: a float master, rounded into the values' original range
-(widened when they are all equal, as a lone scalar's are), is what Adam moves; the operators
+(widened when they are all equal, as a lone scalar's are, and further for gradient steps than
+for draws, see `_int_reach`), is what Adam moves; the operators
 see a float "shadow" equal to the integers, with the master's gradient (every integer result
 downstream gets one too, equal to its own values: `x ^ x` reads 0, not x). Shadows pass through
 integer-only operators too (bitwise ops and shifts move with their operand, `~x` as `-x - 1`),
@@ -57,7 +60,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.core.dtypes import INT_SEARCH_WIDEN
 from nnforge.oracle.safe_domain import (
-    CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES,
+    CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES, POLES,
     hinge_for, op_info, repair_loss,
 )
 
@@ -277,6 +280,25 @@ def _without_some_gradients(func, args, kwargs) -> tuple[tuple, dict, Any]:
     return d_args, d_kwargs, func(*d_args, **d_kwargs)
 
 
+def _bound_gradient(func, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor | None:
+    """Zero-valued, with a clamp's own gradient in its tensor bounds (clamp(x, max=m): where m
+    binds, the result moves with m). The straight-through stand-in that replaces the clamp's
+    gradient reaches x alone; acosh(clip(x, max=m)) needs m >= 1 as much as x. None when no
+    bound carries a gradient."""
+    if not any(isinstance(b, torch.Tensor) and b.requires_grad for b in tree_flatten((args[1:], kwargs))[0]):
+        return None
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor):
+        return None
+    try:
+        held = func(x.detach(), *args[1:], **kwargs)
+    except (RuntimeError, TypeError):
+        return None
+    if not (isinstance(held, torch.Tensor) and held.requires_grad and held.shape == out.shape):
+        return None
+    return held - held.detach()
+
+
 def _gradient_name(name: str, kwargs: dict) -> str:
     """The name an op's gradient treatment goes by: div(x, y, rounding_mode=...) is a floor
     division (no slope of its own either)."""
@@ -379,10 +401,14 @@ class _Interceptor(TorchFunctionMode):
             out = _StraightThrough.apply(out.detach(), proxy)
         elif name in STRAIGHT_THROUGH and out.is_floating_point():
             x = args[0] if args else None
+            bounds = _bound_gradient(func, args, kwargs, out) if name in CLAMPS else None
             if name in CLAMPS and _grad_float(x) and x.shape == out.shape:
-                return _TowardsRange.apply(out.detach(), x)  # (no gradient floor: see there)
+                out = _TowardsRange.apply(out.detach(), x)  # (no gradient floor: see there)
+                return out if bounds is None else out + bounds
             if _grad_float(x) and _broadcastable_to(x.shape, out.shape):
                 out = _StraightThrough.apply(out.detach(), x)
+                if bounds is not None:
+                    out = out + bounds
             elif name in NO_DERIVATIVE:
                 out = out.detach()  # no gradient beats a backward that raises
             if name in MONOTONE_FLAT and out.requires_grad:
@@ -669,7 +695,8 @@ class _Slot:
     master: torch.Tensor
     is_param: bool
     flat_index: int = -1  # position among the flattened inputs; -1 for parameters
-    bounds: tuple[int, int] | None = None  # integer input: the range its values stay in
+    bounds: tuple[int, int] | None = None  # integer input: the range its values are drawn from
+    reach: tuple[int, int] | None = None  # integer input: the range a gradient may move them in
 
     def shadow(self) -> torch.Tensor:
         """An integer input's float stand-in: equal to its values, with the master's gradient
@@ -686,6 +713,7 @@ class _Outcome:
     loss_kind: str = "none"
     dtype: torch.dtype | None = None
     ties: bool = False  # the loss met values exactly on a forbidden point (safe_domain.TieBreak)
+    poles: bool = False  # the run passed a gradient through an operator with a pole (PoleCrossing)
 
 
 class ValueSearch:
@@ -758,7 +786,7 @@ class _Run:
                 work = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                 work.copy_(x)
                 master = x.detach().to(torch.float32).requires_grad_(True)
-                self.slots.append(_Slot(work, master, False, i, bounds=_int_bounds(x)))
+                self.slots.append(_Slot(work, master, False, i, bounds=_int_bounds(x), reach=_int_reach(x)))
                 self.values[i] = work
         self.params: list[tuple[torch.nn.Parameter, torch.Tensor, bool, Any]] = []
         for p in model.parameters():
@@ -767,6 +795,7 @@ class _Run:
                 p.requires_grad_(True)
                 p.grad = None
                 self.slots.append(_Slot(p, _master(p), True))
+        self.float_slots = any(s.bounds is None for s in self.slots)  # (integer steps stay short)
         self.int_slots = {i: s for s in self.slots if s.bounds is not None
                           for i, v in enumerate(self.values) if v is s.work}
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
@@ -795,6 +824,7 @@ class _Run:
         mode.reset()
         mode.searching = searching
         TIES.clear()
+        POLES.clear()
         if searching:
             args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.values]
             for i, slot in self.int_slots.items():
@@ -817,13 +847,13 @@ class _Run:
         if mode.culprit is not None:
             return self._culprit_outcome()
         if _nonfinite_tree(out):
-            return _Outcome("output", (-1, "output"), _total(None, mode.hinges), ties=TIES.seen)
+            return _Outcome("output", (-1, "output"), _total(None, mode.hinges), ties=TIES.seen, poles=POLES.seen)
         return _Outcome()
 
     def _culprit_outcome(self) -> _Outcome:
         mode = self.mode
         return _Outcome(mode.culprit, mode.culprit_key, _total(mode.loss, mode.hinges),
-                        loss_kind=mode.loss_kind, dtype=mode.culprit_dtype, ties=TIES.seen)
+                        loss_kind=mode.loss_kind, dtype=mode.culprit_dtype, ties=TIES.seen, poles=POLES.seen)
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.start) * 1000.0
@@ -866,19 +896,22 @@ class _Run:
 
     def _ints_moved(self, before: list[torch.Tensor]) -> bool:
         """Whether some integer input's value differs from what master values `before` give."""
-        return any(s.bounds is not None and not torch.equal(s.work.to(b.dtype), b.round().clamp(s.bounds[0], s.bounds[1]))
+        return any(s.bounds is not None and not torch.equal(s.work.to(b.dtype), b.round().clamp(s.reach[0], s.reach[1]))
                    for s, b in zip(self.slots, before))
 
     def _sync(self) -> None:
         with torch.no_grad():
             for s in self.slots:
                 if s.bounds is not None:
-                    lo, hi = s.bounds
+                    lo, hi = s.reach
                     s.master.clamp_(lo - 0.49, hi + 0.49)
                     s.work.copy_(s.master.round())
                 elif s.master is not s.work:
                     s.work.copy_(s.master)
                 s.master.grad = None
+
+    def _snapshot(self) -> list[torch.Tensor]:
+        return [s.master.detach().clone() for s in self.slots]
 
     def _restore(self, values: list[torch.Tensor]) -> None:
         with torch.no_grad():
@@ -1001,12 +1034,14 @@ class _Run:
         finally:
             self._restore_flags()
             TIES.reset()
+            POLES.reset()
 
     def _search(self, first: _Outcome) -> SearchResult:
         cfg = self.cfg
         culprit = first.culprit
         last = first
         self._repair_nonfinite_start()
+        origin = self._snapshot()  # the values the current descent started from
         iterations = 0
         use_grad = True
         last_key, best, stall, descent = None, math.inf, 0, 0
@@ -1060,7 +1095,18 @@ class _Run:
                 culprit = outcome.error
                 last = outcome
             stepped = False
-            undo = ((_reach(outcome), [s.master.detach().clone() for s in self.slots], outcome.key)
+            if (use_grad and undo is not None and outcome.loss is not None and outcome.key == last_key
+                    and self.adam.scale > INT_MAX_SCALE and self.float_slots
+                    and float(outcome.loss.detach()) > previous):
+                # A lengthened step overshot a narrow domain (erfinv(100 + x) needs x within
+                # 1 of -100): take it back and go on a quarter as far. From where it landed,
+                # the way back would take as many base-length steps as the way out did.
+                self._restore(undo[1])
+                self.adam.scale = max(self.adam.scale / 4.0, 1.0)
+                undo, calm = None, 0
+                iterations += 1
+                continue
+            undo = ((_reach(outcome), self._snapshot(), outcome.key)
                     if use_grad else None)
             if use_grad and outcome.loss is not None:
                 value = float(outcome.loss.detach())
@@ -1094,12 +1140,25 @@ class _Run:
                         turned, undo = True, None
                         iterations += 1
                         continue
+                if not stepped and outcome.poles and not POLES.across:
+                    # Stuck, or crawling towards an asymptote (log(1 / x), x < 0, sends x to
+                    # -inf), on the near side of a pole (tan, a divisor): try crossing it, for
+                    # at most `patience` steps, from where this descent began (the crawl may
+                    # have gone far), with fresh momentum (the old one points the old way).
+                    POLES.across = True
+                    stall, best, previous, calm, undo = 0, math.inf, math.inf, 0, None
+                    descent = max(0, cfg.max_descent - cfg.patience)
+                    self._restore(origin)
+                    self.adam.reset()
+                    iterations += 1
+                    continue
             if stepped:
                 descent += 1
                 turned = False
             else:
                 undo = None
                 TIES.reset()
+                POLES.reset()
                 turned = False
                 self._sample()
                 stall, last_key, best, descent, previous, frozen_at, calm = 0, None, math.inf, 0, math.inf, None, 0
@@ -1107,6 +1166,7 @@ class _Run:
                 # reached the culprit, give plain draws a turn in between.
                 if (outcome.loss_kind == "none" or self.samples % 2 == 0) and self._sweep(deadline):
                     return self._finish(True, None, iterations + 1, initially_finite=False)
+                origin = self._snapshot()
             iterations += 1
         return self._finish(False, culprit, iterations, initially_finite=False, failure=_failure_class(last))
 
@@ -1281,6 +1341,21 @@ def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
     lo, hi = int(x.min()), int(x.max())
     if hi - lo < 2:
         lo, hi = lo - w, hi + w
+    return max(info.min, min(lo, -w)), min(info.max, max(hi, w))
+
+
+def _int_reach(x: torch.Tensor) -> tuple[int, int]:
+    """The range a gradient may move an integer input's values in: its draw bounds
+    (`_int_bounds`), and for values that are (nearly) all equal, as a lone scalar's are, at
+    least [-2 INT_SEARCH_WIDEN, 2 INT_SEARCH_WIDEN] (within the dtype). One value says nothing
+    of the range it was drawn from, and the generator's value facts take an input drawn from
+    [-8, 8] to reach 8 further either way: a scalar drawn as 3 must still get to -14
+    (softshrink(i // -7, 1) is non-zero only there). Draws keep to the narrower bounds."""
+    info = torch.iinfo(x.dtype)
+    lo, hi = _int_bounds(x)
+    if int(x.max()) - int(x.min()) >= 2:
+        return lo, hi
+    w = 2 * INT_SEARCH_WIDEN
     return max(info.min, min(lo, -w)), min(info.max, max(hi, w))
 
 

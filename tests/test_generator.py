@@ -687,3 +687,64 @@ def test_truncating_casts_pinned_values_points_and_held_values_are_seen_through(
     assert -2.3 < tenth.lo < -2.19 and not tenth.fixed
     _, rounded = _facts_through("round", f32, [ls], decimals=-2)  # logsigmoid to hundreds: <= 0
     assert rounded.hi == 0 and _facts_through("rsqrt", f32, [rounded])[0]
+
+
+def test_normalize_lrn_frac_self_division_remainders_and_wrapping_casts_are_seen_through():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Facts, INF, makes_fixed, placeholder_facts, value_facts
+
+    f32, f64, i8 = [("float32", 2)], [("float64", 2)], [("int8", 2)]
+    x = placeholder_facts("float64")
+    _, n1 = _facts_through("normalize", f64, [x], p=1.0, eps=0.1)  # |x_i| <= ||x||_p
+    assert (n1.lo, n1.hi) == (-1, 1)
+    _, shifted = _facts_through("add", f64, [n1], scalar="100.0", form="rop")
+    assert _facts_through("erfinv", f64, [shifted])[0]  # 100 + normalize(x) is at least 99
+    assert _facts_through("normalize", f64, [x], p=0.0, eps=0.1)[1].hi == INF  # x / (count of non-zeros)
+
+    _, hs = _facts_through("hardsigmoid", f32, [placeholder_facts("float32")])  # [0, 1], 1 from x >= 3 on
+    assert not _facts_through("acosh", f32, [hs])[0]
+    _, lrn = _facts_through("local_response_norm", [("float32", 3)], [hs], size=11, alpha=1e-4, beta=1.0, k=1.0)
+    assert lrn.hi == 1 and lrn.hi_limit and _facts_through("acosh", f32, [lrn])[0]  # 1 / (1 + 9e-6) < 1
+    _, lrn16 = _facts_through("local_response_norm", [("float16", 3)], [hs], size=11, alpha=1e-4, beta=1.0, k=1.0)
+    assert not lrn16.hi_limit  # 1 + 9e-6 is 1 in float16: 1 is met
+    assert _facts_through("local_response_norm", [("float32", 3)], [hs], size=11, alpha=1e-4, beta=1.0,
+                          k=0.5)[1].hi == INF  # a divisor that may be below 1 scales up
+
+    ints = placeholder_facts("int8")
+    _, fr = _facts_through("frac", [("float32", 2)], [_facts_through("to_float32", i8, [ints])[1]])
+    assert fr.fixed and fr.lo == fr.hi == 0  # a whole number has no fraction
+    assert not _facts_through("frac", f32, [placeholder_facts("float32")])[1].fixed
+    _, prod = _facts_through("mul", f32 * 2, [Facts(integral=True), Facts(-2.0, 3.0, integral=True)])
+    assert prod.integral
+    assert _facts_through("div_rounding", f32 * 2, [x, x], form="fn", rounding_mode="floor")[1].integral
+
+    op = spec_instance("div", f32 * 2, "t")
+    op.attrs.update(form="op")
+    ins = [placeholder_facts("float32")] * 2
+    one = value_facts(op, ins, ["float32"], makes_fixed(op, [7, 7], ins), same_operands=True)[0]
+    assert one.fixed and one.values == (1.0,) and _facts_through("logit", f32, [one], eps=None)[0]  # x / x
+
+    _, ac = _facts_through("acosh", [("float16", 2)], [placeholder_facts("float16")])  # >= 0
+    _, rem = _facts_through("remainder", [("float16", 2)], [ac], scalar="1.0", form="fn")
+    assert rem.hi == 1 and rem.hi_limit and _facts_through("acosh", [("float16", 2)], [rem])[0]
+    _, rem_any = _facts_through("remainder", [("float16", 2)], [placeholder_facts("float16")], scalar="1.0", form="fn")
+    assert not rem_any.hi_limit  # remainder(-1e-9, 1.0) rounds to 1.0
+
+    idx = Facts(0.0, INF, integral=True, zero=True)  # cummax indices: 0 at position 0
+    _, c = _facts_through("to_int8", [("int64", 2)], [idx])  # wraps, yet 0 stays 0
+    assert c.zero and _facts_through("log2", i8, [c])[0]
+
+    minus_one = _facts_through("bitwise_or", [("int16", 2)], [placeholder_facts("int16")], scalar="-1", form="fn")[1]
+    w = placeholder_facts("float64")
+    assert _facts_through("pow_promote", [("int16", 2), ("float64", 2)], [minus_one, w], form="fn")[0]  # (-1) ** 0.3
+
+    _, sq = _facts_through("square", i8, [ints])  # 16 * 16 wraps to 0 in int8: no sign is known
+    assert sq.lo < 0
+    assert _facts_through("square", i8, [Facts(-11.0, 11.0, integral=True)])[1].lo == 0  # 121 fits
+
+    _, sq2 = _facts_through("square", [("bfloat16", 2)], [placeholder_facts("bfloat16")])
+    _, rem_neg = _facts_through("remainder", [("bfloat16", 2)], [sq2], scalar="-2.5", form="fn")  # (-2.5, 0]
+    _, ei = _facts_through("erfinv", [("bfloat16", 2)], [rem_neg])  # erfinv keeps the sign
+    assert ei.hi == 0 and _facts_through("log", [("bfloat16", 2)], [ei])[0]
+    _, at = _facts_through("atanh", f32, [Facts(0.0, 0.5)])
+    assert at.lo == 0 and abs(at.hi - math.atanh(0.5)) < 1e-12
