@@ -14,13 +14,14 @@ import inspect
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import z3
 
 from nnforge.core.dtypes import ALL_DTYPES, is_float
 from nnforge.generator.abstract import AbsTensor, as_int, fresh_shape
 from nnforge.generator.ir import Graph, Node, Value
+from nnforge.generator.pointwise import ChainCache, Step, enumerable, finite_somewhere, image, lineages, root_grid, window_anchors
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
     SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, operand_need, placeholder_facts,
@@ -126,6 +127,7 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
+_TENTATIVE = -1  # the id an op's result has while the generator weighs inserting it
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,6 +199,7 @@ class GraphGenerator:
         # value -> a value with the very same elements (positive(x), x.contiguous(), x.to(x.dtype)):
         # the self-cancelling rule (x - positive(x) is 0) compares canonical ids
         self.alias: dict[int, int] = {}
+        self._chains = ChainCache()  # elementwise chains evaluated so far (generator/pointwise.py)
         # every constraint kept so far, the binning buckets apart (see `_solve_with`)
         self._hard: list[z3.BoolRef] = []
         self._bins: list[list[z3.BoolRef]] = []
@@ -278,6 +281,10 @@ class GraphGenerator:
             outs = op.type_transfer(tensors)
         except Exception as e:  # a spec bug must not stop generation; the self-check catches it
             raise RuntimeError(f"spec {spec.name} failed on inputs {[v.t.sig for v in ins]}: {e}") from e
+        if not self._pointwise_ok([*self._steps(), (op, in_ids, [_TENTATIVE])], _TENTATIVE, facts_after):
+            self.stats.no_match += 1  # no single value keeps its elementwise chain finite
+            self._forget(new_ids)
+            return False
         if not spec.zero_size_ok:
             cons += [d >= 1 for t in tensors for d in t.shape if not isinstance(d, int)]
         for o in outs:
@@ -297,7 +304,11 @@ class GraphGenerator:
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
         self.needs, self.facts = needs, facts_after
         in_facts = [self._facts_of(i) for i in in_ids]
-        self.facts.update(zip(out_ids, self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])))
+        made = self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])
+        if len(out_ids) == 1:
+            steps = self._steps()
+            made = [self._exact_image(out_ids[0], made[0], steps, lineages(steps), self.facts, {}) or made[0]]
+        self.facts.update(zip(out_ids, made))
         self._note_alias(op, in_ids, out_ids)
         self.stats.inserted += 1
         self._bin_attrs(op)
@@ -334,6 +345,10 @@ class GraphGenerator:
         made = self._node_facts(op, new_ids, in_facts, [outs[0].dtype])[0]
         facts_after = self._facts_with(target.id, made) if made != self._facts_of(target.id) else self.facts
         if facts_after is None:  # the new facts would leave a vulnerable op downstream no finite value
+            self._forget(new_ids)
+            self.stats.no_match += 1
+            return False
+        if not self._pointwise_ok([(op, new_ids, [target.id]), *self._steps()], target.id, facts_after, made):
             self._forget(new_ids)
             self.stats.no_match += 1
             return False
@@ -540,12 +555,17 @@ class GraphGenerator:
                 if narrowed is None:
                     return None
                 facts[leaf] = narrowed
+        steps = self._steps()
+        chains, images = lineages(steps), {}
         for n in self.nodes:
             ins = [self._facts_of(i, facts) for i in n.inputs]
             if hopeless(n.spec, ins):
                 return None
             dts = [self.vals[o].t.dtype for o in n.outputs]
             for o, f in zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts)):
+                f = self._exact_image(o, f, steps, chains, facts, images)
+                if f is None:
+                    return None
                 narrowed = self._narrowed(o, f, needs)
                 if narrowed is None:
                     return None
@@ -571,6 +591,69 @@ class GraphGenerator:
             return self.needs, self.facts
         needs = {**self.needs, key: self.needs.get(key, ()) + (name,)}
         return needs, self._facts_with(in_ids[0], self._facts_of(in_ids[0]), needs)
+
+    def _steps(self) -> list[Step]:
+        return [(n.spec, n.inputs, n.outputs) for n in self.nodes]
+
+    def _pointwise_ok(self, steps: list[Step], vid: int, facts: dict[int, Facts], raw: Facts | None = None) -> bool:
+        """Whether some scalar keeps finite every value computed element by element from the
+        root of `vid`'s elementwise chain (see generator/pointwise.py)."""
+        root = lineages(steps).get(vid, (vid,))[0]
+        if root == _TENTATIVE:
+            return True
+        f = self._facts_of(root, facts)
+        dtype = self.vals[root].t.dtype
+        grid = root_grid(dtype, f.lo, f.hi, f.integral, f.values, f.continuous, f.lo_limit, f.hi_limit)
+        # lone points may stand at the bounds the root has of itself, not at those its readers'
+        # domains narrowed it to (acos(x) beside acosh(x) leaves x in [1, 1])
+        own = raw if raw is not None and root == vid else self._unnarrowed(root, steps, facts)
+        return finite_somewhere(steps, root, grid, window_anchors(dtype, own.lo, own.hi, own.integral, own.values,
+                                                                  own.lo_limit, own.hi_limit), self._chains)
+
+    def _unnarrowed(self, vid: int, steps: list[Step], facts: dict[int, Facts]) -> Facts:
+        """`vid`'s facts before the ops reading it narrowed them (see `needs`)."""
+        for op, ins, outs in steps:
+            if vid in outs and self.vals.get(vid) is not None:
+                made = self._node_facts(op, list(ins), [self._facts_of(i, facts) for i in ins],
+                                        [self.vals[o].t.dtype if o in self.vals else "float32" for o in outs])
+                return made[list(outs).index(vid)]
+        return placeholder_facts(self.vals[vid].t.dtype)
+
+    def _exact_image(self, vid: int, f: Facts, steps: list[Step], chains: dict, facts: dict[int, Facts],
+                     images: dict) -> Facts | None:
+        """`f` narrowed to the values `vid` takes when it is computed element by element from a
+        root whose every possible value is known (a bool, a small integer range, a value set):
+        bitwise_and(x, 0) is 0, whatever x; or, from a float root, when the chain takes only a few
+        values over the root's whole grid (hardshrink(logsigmoid(x)) is 0 wherever
+        pow(it, it) is finite, but for a few isolated points value search never lands on).
+        None: no value of a fully known root keeps its chain finite.
+        `images` caches each root's evaluation for one pass over the graph."""
+        root, computed = chains.get(vid, (None, False))
+        if root is None or not computed:
+            return f
+        if root not in images:
+            rf = self._facts_of(root, facts)
+            dtype = self.vals[root].t.dtype
+            grid = root_grid(dtype, rf.lo, rf.hi, rf.integral, rf.values, rf.continuous, rf.lo_limit, rf.hi_limit)
+            images[root] = (self._chains.values(steps, root, grid), enumerable(dtype, rf.lo, rf.hi, rf.values))
+        got, exact = images[root]
+        if got is None or vid not in got[0]:
+            return f
+        values, ok = got
+        seen = image(values[vid][ok])
+        if seen is None:
+            return None if exact else f
+        lo, hi, integral, few = seen
+        if not exact:  # a float root's grid bounds nothing, but a step function's few values over
+            if few is None:  # the whole grid are all it takes (sign, hardtanh(x, 0, 0)); kept as
+                return f  # bounds only: sign(x)'s {-1, 0, 1} is no mask that all elements must match,
+            few, integral = f.values, f.integral  # nor is floor(x)'s {0, 1} a lone integer to match
+        if few is not None and f.values is not None:
+            few = tuple(v for v in few if v in f.values) or few
+        if max(f.lo, lo) <= min(f.hi, hi):  # else the interval rule was loose in a way the image is not
+            lo, hi = max(f.lo, lo), min(f.hi, hi)
+        return replace(f, lo=lo, hi=hi, integral=f.integral or integral,
+                       values=few if few is not None else f.values)
 
     def _canon(self, vid: int) -> int:
         while vid in self.alias:

@@ -1549,9 +1549,11 @@ def hopeless(op: type[OpSpec] | OpSpec, ins: list["Facts"]) -> bool:
     if all(f.fixed for f in ins):
         return True
     pos = _DIVISOR_AT.get(op.name)
+    if pos is not None and len(ins) == 1 and getattr(op, "attrs", {}).get("form") == "rop":
+        pos = 0  # `s % x`: the tensor is the divisor
     if pos is not None and pos < len(ins):
         d = ins[pos]
-        if d.fixed or d.zero or _practical(d) == (0, 0):
+        if d.fixed or d.zero or d.holds == 0 or _practical(d) == (0, 0):
             return True
         points = value_set(d)
         if points is not None and 0.0 in points and len(points) <= 2:  # x / mask: every element must be the other value

@@ -1,0 +1,95 @@
+"""Pointwise feasibility: elementwise chains that no single value keeps finite are not built."""
+
+import torch
+
+from nnforge.generator.engine import GeneratorConfig, GraphGenerator
+from nnforge.generator.materialize import spec_instance
+from nnforge.generator.pointwise import finite_somewhere, lineages, root_grid
+from nnforge.generator.spec import all_ops
+
+
+def _generator(dtype: str):
+    ops = all_ops()
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0))
+    x = gen.add_placeholder((dtype, 2))
+
+    def out_of(name, *ins):
+        assert gen.insert_forward(ops[name], list(ins)), name
+        return gen.nodes[-1].outputs[0]
+
+    return gen, ops, x, out_of
+
+
+def test_chains_whose_ops_want_disjoint_values_of_one_input_are_refused():
+    for dtype in ("float32", "int32"):
+        gen, ops, x, out_of = _generator(dtype)
+        out_of("xlogy", x, x)  # x * log(x): NaN for x < 0
+        neg = out_of("neg", x)
+        # log(-x) needs x < 0: each op alone has room, interval facts see no conflict
+        assert not gen.insert_forward(ops["log"], [neg]), dtype
+        flat = out_of("flatten", neg) if dtype == "int32" else neg
+        assert not gen.insert_forward(ops["log"], [flat]), dtype  # a rearrangement keeps every element
+        assert gen.insert_forward(ops["acos"], [neg]), dtype  # x in [0, 1] suits both
+        assert gen.insert_forward(ops["exp"], [neg])
+
+
+def test_operands_paired_across_positions_are_not_one_chain():
+    f = ("float32", 2)
+    reshape = spec_instance("flatten", [f], "a")
+    mul = spec_instance("xlogy", [f, ("float32", 1)], "b")
+    log = spec_instance("log", [f], "c")
+    steps = [(reshape, [0], [1]), (mul, [0, 1], [2]), (log, [0], [3])]
+    chains = lineages(steps)
+    assert chains[1] == (0, False) and chains[3] == (0, True)
+    assert 2 not in chains  # x[i] * log(flatten(x)[j]): two scalars, not one
+
+
+def test_grid_and_evaluation_follow_the_dtype():
+    grid16 = root_grid("float16", float("-inf"), float("inf"), False, None, True, False, False)
+    assert grid16.dtype == torch.float16 and bool(torch.isfinite(grid16).all()) and not bool((grid16 == 0).any())
+    assert grid16.max() >= 60000  # reaches float16's range, where exp overflows
+    ints = root_grid("uint8", 0, 31, True, None, False, False, False)
+    assert ints.tolist() == list(range(32))
+    f = ("float16", 1)
+    exp = spec_instance("exp", [f], "e")
+    # exp overflows float16 above ~11: a root bounded below by 12 leaves no finite point
+    big = root_grid("float16", 12.0, float("inf"), False, None, True, False, False)
+    assert not finite_somewhere([(exp, [0], [1])], 0, big)
+    assert finite_somewhere([(exp, [0], [1])], 0, root_grid("float16", 10.0, float("inf"), False, None, True,
+                                                             False, False))
+
+
+def test_values_of_a_small_integer_input_are_followed_exactly_through_its_chain():
+    gen, ops, x, out_of = _generator("int8")
+    for seed in range(80):  # bitwise_and with a scalar: x & 0 is 0 whatever x: digamma's pole
+        gen.rng.seed(seed)
+        if gen.insert_forward(ops["bitwise_and"], [x]):
+            n = gen.nodes[-1]
+            if "scalar" in n.spec.attrs and int(n.spec.attrs["scalar"]) == 0:
+                break
+    else:
+        raise AssertionError("no bitwise_and(x, 0) drawn")
+    masked = n.outputs[0]
+    assert gen.facts[masked].values == (0.0,)
+    as_float = out_of("to_float32", masked)
+    assert not gen.insert_forward(ops["digamma"], [as_float]) and not gen.insert_forward(ops["log"], [as_float])
+    assert gen.insert_forward(ops["abs"], [as_float])
+
+
+def test_a_float_that_must_hit_one_exact_value_is_refused_but_a_window_is_not():
+    gen, ops, x, out_of = _generator("float32")
+    out_of("acos", x)  # x <= 1
+    assert not gen.insert_forward(ops["acosh"], [x])  # x >= 1: only x == 1 exactly, never hit by search
+    assert gen.insert_forward(ops["acosh"], [out_of("exp", out_of("neg", x))])  # exp(-x) >= 1: x in [-1, 0]
+    gen, ops, x, out_of = _generator("float32")
+    out_of("atanh", x)
+    assert gen.insert_forward(ops["acosh"], [out_of("exp", x)])  # x in [0, 1)
+
+
+def test_a_step_function_of_a_float_input_is_bounded_by_the_values_it_takes():
+    gen, ops, x, out_of = _generator("float32")
+    ones = out_of("sgn", out_of("cosh", x))  # sgn of a number >= 1: 1, whatever x
+    assert gen.facts[ones].lo == gen.facts[ones].hi == 1
+    mean = out_of("mean", ones)  # a reduction ends the chain; its facts carry the bound on
+    assert not gen.insert_forward(ops["atanh"], [mean])  # atanh(1) is inf
+    assert gen.insert_forward(ops["atanh"], [out_of("mean", out_of("tanh", x))])
