@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
+import torch
 import z3
 
 from nnforge.core.dtypes import ALL_DTYPES, is_float
@@ -128,6 +129,7 @@ class _Watchdog:
 
 _WATCHDOG = _Watchdog()
 _TENTATIVE = -1  # the id an op's result has while the generator weighs inserting it
+_FAR = 16.0  # chain bounds on a float root beyond this are left alone (see `_within_chain`)
 
 
 @functools.lru_cache(maxsize=None)
@@ -305,10 +307,17 @@ class GraphGenerator:
         self.needs, self.facts = needs, facts_after
         in_facts = [self._facts_of(i) for i in in_ids]
         made = self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])
+        root = None
         if len(out_ids) == 1:
             steps = self._steps()
-            made = [self._exact_image(out_ids[0], made[0], steps, lineages(steps), self.facts, {}) or made[0]]
+            chains = lineages(steps)
+            root = chains.get(out_ids[0], (None,))[0]
+            made = [self._exact_image(out_ids[0], made[0], steps, chains, self.facts, {}) or made[0]]
         self.facts.update(zip(out_ids, made))
+        if root is not None and spec.vulnerable:  # its domain narrows the chain's root for every reader
+            refreshed = self._facts_with(root, self._facts_of(root))
+            if refreshed is not None:
+                self.facts = refreshed
         self._note_alias(op, in_ids, out_ids)
         self.stats.inserted += 1
         self._bin_attrs(op)
@@ -549,14 +558,17 @@ class GraphGenerator:
         facts = dict(self.facts)
         facts[vid] = made
         produced = {o for n in self.nodes for o in n.outputs}
+        steps = self._steps()
+        chains, images = lineages(steps), {}
+        roots = {r for r, _ in chains.values()}
         for leaf in self.vals:
-            if leaf not in produced and self._canon(leaf) in needs:
+            if leaf not in produced and (self._canon(leaf) in needs or leaf in roots):
                 narrowed = self._narrowed(leaf, self._facts_of(leaf, facts), needs)
+                if narrowed is not None and leaf in roots:
+                    narrowed = self._within_chain(leaf, narrowed, steps, images)
                 if narrowed is None:
                     return None
                 facts[leaf] = narrowed
-        steps = self._steps()
-        chains, images = lineages(steps), {}
         for n in self.nodes:
             ins = [self._facts_of(i, facts) for i in n.inputs]
             if hopeless(n.spec, ins):
@@ -567,10 +579,37 @@ class GraphGenerator:
                 if f is None:
                     return None
                 narrowed = self._narrowed(o, f, needs)
+                if narrowed is not None and o in roots:
+                    narrowed = self._within_chain(o, narrowed, steps, images)
                 if narrowed is None:
                     return None
                 facts[o] = narrowed
         return facts
+
+    def _within_chain(self, root: int, f: Facts, steps: list[Step], images: dict) -> Facts | None:
+        """Root facts `f` narrowed to the values that keep the root's elementwise chain finite:
+        in any all-finite run every element lies there, which bounds the root for its other
+        readers too (a sum of it, a matmul), as `needs` does for one vulnerable reader. None:
+        no value of a fully known root does. Fills `images` for `_exact_image`."""
+        dtype = self.vals[root].t.dtype
+        grid = root_grid(dtype, f.lo, f.hi, f.integral, f.values, f.continuous, f.lo_limit, f.hi_limit)
+        exact = enumerable(dtype, f.lo, f.hi, f.values)
+        got = self._chains.values(steps, root, grid)
+        images[root] = (got, exact)
+        if got is None or dtype == "bool":
+            return f
+        fine = grid[got[1]].double()
+        if fine.numel() == 0:
+            return None if exact else f
+        lo, hi = max(f.lo, float(fine.min())), min(f.hi, float(fine.max()))
+        if lo > hi:
+            return f
+        if not exact:  # a float grid's far ends mark overflow, not a domain: exp(x) beside
+            lo = lo if abs(lo) <= _FAR else f.lo  # logsigmoid(x) leaves x below 88, yet
+            hi = hi if abs(hi) <= _FAR else f.hi  # logsigmoid stays "below 0 but in saturation"
+        few = tuple(float(v) for v in torch.unique(fine)) if exact and fine.numel() <= 7 else f.values
+        return replace(f, lo=lo, hi=hi, values=few, lo_limit=f.lo_limit and lo == f.lo,
+                       hi_limit=f.hi_limit and hi == f.hi)
 
     def _narrowed(self, vid: int, f: Facts, needs: dict[int, tuple[str, ...]]) -> Facts | None:
         for name in needs.get(self._canon(vid), ()):

@@ -93,3 +93,11 @@ def test_a_step_function_of_a_float_input_is_bounded_by_the_values_it_takes():
     mean = out_of("mean", ones)  # a reduction ends the chain; its facts carry the bound on
     assert not gen.insert_forward(ops["atanh"], [mean])  # atanh(1) is inf
     assert gen.insert_forward(ops["atanh"], [out_of("mean", out_of("tanh", x))])
+
+
+def test_a_root_is_bounded_for_its_other_readers_by_what_its_chain_allows():
+    gen, ops, x, out_of = _generator("float64")  # (in float32, exp(-2e-8) rounds to 1)
+    out_of("acosh", out_of("exp", x))  # exp(x) >= 1: x >= 0 in any all-finite run
+    assert gen.facts[x].lo >= 0
+    assert not gen.insert_forward(ops["rsqrt"], [out_of("neg", out_of("mean", x))])  # -mean(x) <= 0
+    assert gen.insert_forward(ops["rsqrt"], [out_of("mean", x)])
