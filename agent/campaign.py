@@ -45,6 +45,7 @@ from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
 from nnforge.agent.lock import CampaignLock
 from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
 
@@ -98,7 +99,7 @@ class CampaignConfig:
     coverage: bool = False  # measure torch's compiler packages in the workers (slower tests)
     timeout_s: float = 60.0
     memory_mb: int = 6000
-    value_search_budget_ms: float = 200.0
+    value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     min_free_mb: int = 200
     stats_every_s: float = 10.0
     report_every_s: float = 300.0

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nnforge.core.calls import CallStep
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
 
@@ -34,7 +35,7 @@ class ExecutorConfig:
     timeout_s: float = 60.0
     memory_mb: int = 6000
     recycle_after: int = 200
-    value_search_budget_ms: float = 200.0
+    value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     inductor_cache_dir: str | None = None
     coverage: bool = False  # Oracle(coverage=True): each result carries the compiler lines new to its worker
 

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.generator.engine import GeneratorConfig
 from nnforge.generator.seeds import generate_cases
 from nnforge.oracle.sandbox import WorkerPool
@@ -119,7 +120,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=300)
     ap.add_argument("--nodes", type=int, nargs="+", default=[10, 20])
-    ap.add_argument("--budget-ms", type=float, default=200.0)
+    ap.add_argument("--budget-ms", type=float, default=VALUE_SEARCH_BUDGET_MS)
     ap.add_argument("--seed", type=int, default=100_000)
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads of the worker (OMP_NUM_THREADS). With more threads than idle "

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom
 from nnforge.generator.engine import GeneratorConfig
@@ -146,7 +147,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--targets", default="inductor,ort,tvm")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--budget-ms", type=float, default=200.0, help="value search budget per program")
+    ap.add_argument("--budget-ms", type=float, default=VALUE_SEARCH_BUDGET_MS, help="value search budget per program")
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=500_000)
     ap.add_argument("--all-ops", action="store_true", help="false alarms on programs with non-ONNX operators too")

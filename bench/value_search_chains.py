@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.value_search import ValueSearch, first_nonfinite
 
 UNARY = {
@@ -79,7 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", type=int, default=10)
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--budget-ms", type=float, default=200.0)
+    ap.add_argument("--budget-ms", type=float, default=VALUE_SEARCH_BUDGET_MS)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-iters", type=int, default=200)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NNFORGE_", env_file=".env", extra="ignore")
@@ -30,7 +32,7 @@ class Settings(BaseSettings):
     inductor_cache_dir: str = "~/.cache/nnforge/inductor"
 
     # Value search.
-    value_search_budget_ms: float = 200.0
+    value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
 
     # Campaigns: refuse to start with less free disk space than this (MB) in the campaign folder.
     campaign_min_free_mb: int = 200

@@ -772,6 +772,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         elif name == "pairwise_distance":
             eps = _number(op.attrs.get("eps"), 1e-6)
             f = Facts(0.0, 0.0, integral=True, zero=True) if same_operands and eps == 0 else Facts(0.0, INF)
+        elif name == "std_var" and pos == 0 and ins[0].lo == ins[0].hi:
+            f = Facts(0.0, 0.0, integral=True, zero=True)  # the spread of one repeated value
         elif name == "std_var" and pos == 0:
             f = Facts(0.0, INF)
         elif (name in _LOWER_OF or name in _UPPER_OF) and same_operands:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from nnforge.core import replay
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
 from nnforge.core.replay import CallStepError, apply_state, changes_state
 from nnforge.core.verdict import Frame, Symptom, Verdict
@@ -528,7 +529,7 @@ def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, An
         from nnforge.oracle.value_search import ValueSearch
 
         try:
-            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", 200.0)), seed=prog.seed).run(model, inputs)
+            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", VALUE_SEARCH_BUDGET_MS)), seed=prog.seed).run(model, inputs)
             inputs = tuple(res.inputs)
             if res.state_dict:
                 model.load_state_dict(res.state_dict)

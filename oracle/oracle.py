@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Frame, Symptom, Verdict, worst
 from nnforge.oracle.backend import parse_target
@@ -77,7 +78,7 @@ class CaseResult:
 class Oracle:
     """Judges TestCases on `targets` (e.g. ["inductor", "ort", "tvm"]) using worker `pool`."""
 
-    def __init__(self, pool: Any, targets: list[str], value_search_budget_ms: float = 200.0, *,
+    def __init__(self, pool: Any, targets: list[str], value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS, *,
                  timeout_s: float | None = None, seed: int = 0, stop_at_first: bool = True,
                  blame_deaths: bool = True, blame_timeouts: bool = False, coverage: bool = False):
         for t in targets:

@@ -59,6 +59,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.core.dtypes import INT_SEARCH_WIDEN
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.safe_domain import (
     CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES, POLES,
     hinge_for, op_info, repair_loss,
@@ -725,7 +726,7 @@ class ValueSearch:
 
     def __init__(
         self,
-        budget_ms: float = 200.0,
+        budget_ms: float = VALUE_SEARCH_BUDGET_MS,
         max_iters: int = 1000,
         seed: int = 0,
         lr: float = 0.2,

@@ -370,6 +370,9 @@ def test_casts_integer_inputs_pad_borders_shrinks_and_unit_spreads_are_seen_thro
     assert border.holds == -2.0 and _facts_through("log2", [("float32", 2)], [border])[0]
     _, cropped = _facts_through("pad", [("float32", 2)], [x], mode="constant", value=-2.0, k=1, pad0=-1, pad1=0)
     assert cropped.holds is None and not _facts_through("log2", [("float32", 2)], [cropped])[0]
+    _, spread = _facts_through("std_var", [("float32", 2)], [Facts(2.0, 2.0)], fn="std", correction=1, dim=(0,),
+                               keepdim=False)
+    assert spread.lo == spread.hi == 0 and _facts_through("reciprocal", [("float32", 1)], [spread])[0]
     _, zero_border = _facts_through("pad", [("float32", 2)], [x], mode="constant", value=0.0, k=1, pad0=1, pad1=0)
     assert _facts_through("remainder", [("float32", 2)], [zero_border], scalar="-1", form="rop")[0]  # -1 % 0
     assert not _facts_through("remainder", [("float32", 2)], [zero_border], scalar="-1", form="op")[0]  # x % -1
