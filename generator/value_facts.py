@@ -604,7 +604,7 @@ def _is_index_output(op: OpSpec, pos: int) -> bool:
 # Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
 # log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
 SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
-                          "kthvalue", "topk", "cummax_cummin", "std_var"})
+                          "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm"})
 # Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
 # logsumexp: at least lo + ln n over n elements, though over one it is x itself).
 SIZED_OPS = SIZE_ONE_OPS | {"logsumexp"}
@@ -634,6 +634,9 @@ def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
         return []
     if op.name == "topk" and attrs.get("default_dim"):
         return [rank - 1]
+    if op.name == "layer_norm":  # over its last k dims
+        k = attrs.get("k")
+        return list(range(rank - k, rank)) if isinstance(k, int) else None
     dim = attrs.get("dim")
     if dim is None:
         return list(range(rank))
@@ -657,6 +660,8 @@ def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete, ins: list[Facts]) 
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
     if op.name == "std_var" and pos == 0:  # the spread of one element (the spec keeps correction 0 there)
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
+    if op.name == "layer_norm" and concrete.attrs.get("affine") != "bias" and len(op.in_sigs) < 3:
+        return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)  # x - mean(x) over one element, scaled
     return None
 
 

@@ -171,6 +171,19 @@ def _divisor_pole_proxy(x: Any, y: Any) -> torch.Tensor | None:
         return None
 
 
+def _kink_proxy(x: Any, slope: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
+    """For |x| and x ** 2, whose slope is 0 at exactly x = 0: there, a slope of 1 instead. A
+    divisor |expm1(floor(v))| is exactly 0 for a whole range of v, and a zero slope there would
+    leave it for resampling to find; either direction away from 0 helps."""
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad):
+        return None
+    xd = x.detach()
+    zero = xd == 0
+    if not bool(zero.any()):
+        return None
+    return x * torch.where(zero, torch.ones_like(xd), slope(xd))
+
+
 def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, Any]:
     return _arg(args, kwargs, 0, first, "input", "self"), _arg(args, kwargs, 1, second, "other")
 
@@ -187,6 +200,8 @@ PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | 
     "tan": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.tan),
     "reciprocal": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.reciprocal),
     "div": lambda a, k, out: _divisor_pole_proxy(*_operands(a, k, "input", "other")),
+    "abs": lambda a, k, out: _kink_proxy(_arg(a, k, 0, "input", "self"), torch.sign),
+    "square": lambda a, k, out: _kink_proxy(_arg(a, k, 0, "input", "self"), lambda x: 2 * x),
     "rdiv": lambda a, k, out: _divisor_pole_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self")),
 }
 # Monotone increasing operators whose true gradient vanishes on large regions: saturation

@@ -562,6 +562,12 @@ def test_min_reductions_keep_a_zero_and_solved_sizes_bound_softmax_and_argsort()
         order = solved("sort", [("int64", 2)], (4, n), dim=-1, fn="argsort")[0]  # holds n - 1
         assert _facts_through("acos", [("float32", 2)], [order])[0] == doomed
 
+    for n, doomed in ((1, True), (2, False)):  # layer_norm over one element: x - mean(x) is 0
+        normed = solved("layer_norm", [("float32", 2)], (4, n), k=1, eps=1e-5)[0]
+        assert _facts_through("reciprocal", [("float32", 2)], [normed])[0] == doomed
+    biased = solved("layer_norm", [("float32", 2), ("float32", 1)], (4, 1), k=1, eps=1e-5, affine="bias")[0]
+    assert not _facts_through("reciprocal", [("float32", 2)], [biased])[0]  # the bias is all that is left
+
     # the solved sizes shrink so that asin(log_softmax) and acos(argsort) keep some finite values
     gen, ops, _, out_of = _one_input_generator()
     v, i = gen.add_placeholder(("float32", 1), bin_now=False), gen.add_placeholder(("int64", 1), bin_now=False)

@@ -892,3 +892,21 @@ def test_clamp_bound_tensors_keep_their_gradient(x):
     res = ValueSearch(seed=0, **SEARCH).run(model, (x,))
     assert_repaired(model, (x,), res)
     assert res.method == "gradient" and bool((model.m >= 1).all())
+
+
+class DivisorThroughAKink(nn.Module):
+    """1 / k(floor(x)) with k = abs or square: exactly 0, with a zero slope, for x in [0, 1)."""
+
+    def __init__(self, kink):
+        super().__init__()
+        self.kink = kink
+
+    def forward(self, x):
+        return torch.reciprocal(self.kink(torch.floor(x)))
+
+
+@pytest.mark.parametrize("kink", [torch.abs, torch.square])
+def test_a_divisor_at_the_kink_of_abs_or_square_is_moved_off_it(kink):
+    model, inputs = DivisorThroughAKink(kink), (torch.full((64,), 0.5),)
+    res = ValueSearch(seed=0, budget_ms=2000.0, max_iters=25).run(model, inputs)
+    assert_repaired(model, inputs, res)
