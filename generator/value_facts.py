@@ -731,6 +731,18 @@ def _sized_facts(op: OpSpec, pos: int, n: int, ins: list[Facts] = ()) -> Facts |
     return None
 
 
+def _where_branch(op: OpSpec, ins: list[Facts], taken: bool) -> Facts | None:
+    """where(cond, x, y) with a condition that is all True (`taken`) or all False: the facts of
+    the branch it picks (where(isneginf(v), w, 0.0) is 0 wherever v is finite)."""
+    if len(ins) == 3:
+        return ins[1] if taken else ins[2]
+    scalar_side = op.attrs.get("scalar_side")
+    if (scalar_side == "x") == taken:  # the Python scalar is picked
+        v = _number(op.attrs.get("scalar"), math.nan)
+        return Facts(v, v, integral=float(v).is_integer(), zero=v == 0) if math.isfinite(v) else None
+    return ins[1] if len(ins) == 2 else None
+
+
 def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool, *,
                 same_operands: bool = False, concrete: Concrete | None = None) -> list[Facts]:
     """Facts of each output of `op` from its inputs' facts (Facts() where nothing is known).
@@ -789,6 +801,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _right_shift_facts(op, ins[0])
         elif name.startswith("avg_pool") and op.attrs.get("divisor_override") is not None:
             f = _sum_facts(ins[0])  # a window sum divided by a fixed number (1, say): the sign is all that is left
+        elif name == "where" and ins and ins[0].lo == ins[0].hi and ins[0].lo in (0.0, 1.0):
+            f = _where_branch(op, ins, taken=ins[0].lo == 1.0)
         elif name in _HULL:
             f = _hull(ins, with_zero=name.startswith("avg_pool"), averaged=name not in ("cat", "stack"))
             if name in ("cat", "stack"):

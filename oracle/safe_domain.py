@@ -545,6 +545,13 @@ def _divisor_first(args, kwargs, dtype):
     return None if y is None else _away_from_zero(y, DIVISOR_EPS)
 
 
+@safe_domain("addcdiv")
+def _addcdiv_divisor(args, kwargs, dtype):
+    # x + value * t1 / t2: a zero t2 gives inf, or NaN (0 * inf) even where value is 0.
+    y = _float(_arg(args, kwargs, 2, "tensor2"))
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+
+
 @safe_domain("xlogy")
 def _xlogy(args, kwargs, dtype):
     y = _float(_arg(args, kwargs, 1, "other"))

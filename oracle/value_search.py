@@ -28,7 +28,8 @@ One iteration:
    a step after which an operator *before* the culprit fails (it overshot into another
    operator's forbidden region) is taken back and retried with integer inputs held (if one of
    them moved), else at half the length; steps double while the loss falls steadily but
-   slowly (the domain is far away: y must reach 57 for int8(y / 57) >= 1), and a lengthened
+   slowly, or stays exactly level on the plateau of a step function (the domain is far away:
+   y must reach 57 for int8(y / 57) >= 1, x must fall to -100 for -x // 100 >= 1), and a lengthened
    step after which the loss rises (it overshot a narrow domain) is taken back and shortened.
 
 Low-precision tensors are optimised through a float32 master copy; shapes, dtypes and strides
@@ -1111,8 +1112,8 @@ class _Run:
                     if use_grad else None)
             if use_grad and outcome.loss is not None:
                 value = float(outcome.loss.detach())
-                if outcome.key == last_key and not value < best * 0.999:
-                    stall += 1
+                if outcome.key == last_key and not value < best * 0.999 and value != previous:
+                    stall += 1  # (an unchanged loss is a plateau of a step function being crossed)
                 else:
                     stall = 0
                 if outcome.key == last_key and value <= previous:

@@ -373,6 +373,11 @@ def test_casts_integer_inputs_pad_borders_shrinks_and_unit_spreads_are_seen_thro
     _, spread = _facts_through("std_var", [("float32", 2)], [Facts(2.0, 2.0)], fn="std", correction=1, dim=(0,),
                                keepdim=False)
     assert spread.lo == spread.hi == 0 and _facts_through("reciprocal", [("float32", 1)], [spread])[0]
+    never = Facts(0.0, 0.0, integral=True, zero=True)  # isneginf of finite values: all False
+    _, picked = _facts_through("where", [("bool", 2), ("float32", 2)], [never, x], scalar="0.0", scalar_side="y")
+    assert picked.lo == picked.hi == 0 and _facts_through("reciprocal", [("float32", 2)], [picked])[0]
+    _, other = _facts_through("where", [("bool", 2), ("float32", 2)], [never, x], scalar="0.0", scalar_side="x")
+    assert not _facts_through("reciprocal", [("float32", 2)], [other])[0]  # the tensor branch: x
     _, zero_border = _facts_through("pad", [("float32", 2)], [x], mode="constant", value=0.0, k=1, pad0=1, pad1=0)
     assert _facts_through("remainder", [("float32", 2)], [zero_border], scalar="-1", form="rop")[0]  # -1 % 0
     assert not _facts_through("remainder", [("float32", 2)], [zero_border], scalar="-1", form="op")[0]  # x % -1

@@ -910,3 +910,31 @@ def test_a_divisor_at_the_kink_of_abs_or_square_is_moved_off_it(kink):
     model, inputs = DivisorThroughAKink(kink), (torch.full((64,), 0.5),)
     res = ValueSearch(seed=0, budget_ms=2000.0, max_iters=25).run(model, inputs)
     assert_repaired(model, inputs, res)
+
+
+class FarPlateau(nn.Module):
+    """rsqrt(-x // 100): finite only for x <= -100; the quotient is flat (0) all the way there."""
+
+    def forward(self, x):
+        return torch.rsqrt(torch.floor_divide(torch.neg(x), 100.0))
+
+
+def test_a_descent_crosses_a_wide_plateau_of_a_step_function():
+    model, inputs = FarPlateau(), (torch.full((16,), -0.5),)
+    res = ValueSearch(seed=0, budget_ms=2000.0, max_iters=30).run(model, inputs)
+    assert_repaired(model, inputs, res)
+
+
+class AddcdivByZero(nn.Module):
+    """c + 0 * (c / floor(x)): NaN (0 * inf) wherever floor(x) is 0, whatever the value; only
+    the divisor can move."""
+
+    def forward(self, x):
+        c = torch.full_like(x, 0.88)
+        return torch.addcdiv(c, c, torch.floor(x), value=0.0)
+
+
+def test_addcdiv_with_a_zero_divisor_moves_the_divisor_even_with_value_zero():
+    model, inputs = AddcdivByZero(), (torch.full((64,), 0.5),)
+    res = ValueSearch(seed=0, budget_ms=2000.0, max_iters=25).run(model, inputs)
+    assert_repaired(model, inputs, res)
