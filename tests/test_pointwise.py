@@ -101,3 +101,12 @@ def test_a_root_is_bounded_for_its_other_readers_by_what_its_chain_allows():
     assert gen.facts[x].lo >= 0
     assert not gen.insert_forward(ops["rsqrt"], [out_of("neg", out_of("mean", x))])  # -mean(x) <= 0
     assert gen.insert_forward(ops["rsqrt"], [out_of("mean", x)])
+
+
+def test_a_chain_bound_on_a_float_reaches_an_integer_cast_of_it():
+    gen, ops, x, out_of = _generator("float32")
+    y = gen.add_placeholder(("int64", 1))  # (an int8 would wrap: int8(-200) is 56)
+    out_of("rsqrt", out_of("neg", x))  # x < 0
+    whole = out_of("type_as", x, y)  # int64(x), <= 0 once x < 0 bounds x for every reader
+    assert not gen.insert_forward(ops["lgamma"], [whole])  # lgamma's poles: 0, -1, -2, ...
+    assert gen.insert_forward(ops["exp"], [whole])
