@@ -10,6 +10,7 @@ buckets as extra constraints (dropped when unsat) so that solutions are not all 
 from __future__ import annotations
 
 import functools
+import math
 import inspect
 import random
 import threading
@@ -130,6 +131,7 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 _TENTATIVE = -1  # the id an op's result has while the generator weighs inserting it
 _FAR = 16.0  # chain bounds on a float root beyond this are left alone (see `_within_chain`)
+_UNIONS = frozenset({"cat", "stack"})  # results holding every element of every operand
 
 
 @functools.lru_cache(maxsize=None)
@@ -553,8 +555,44 @@ class GraphGenerator:
                     ) -> dict[int, Facts] | None:
         """Every value's facts once placeholder `vid` gets facts `made` (nodes are in topological
         order) and each value is narrowed to what the ops reading it need (`needs`, by default
-        the graph's), or None if a vulnerable op would then be hopeless or a value have no room."""
+        the graph's), or None if a vulnerable op would then be hopeless or a value have no room.
+
+        A concatenation narrowed by its readers narrows its operands too (every element of each
+        is one of its own): log(cat(a, b)) feeding rsqrt bounds a above 1, for erfinv(a) as
+        well. That takes another pass over the graph, at most twice."""
         needs = self.needs if needs is None else needs
+        bounds: dict[int, tuple[float, float]] = {}
+        for _ in range(3):
+            facts = self._facts_pass(vid, made, needs, bounds)
+            if facts is None:
+                return None
+            more = self._union_bounds(facts, bounds)
+            if not more:
+                return facts
+            bounds.update(more)
+        return facts
+
+    def _union_bounds(self, facts: dict[int, Facts], bounds: dict[int, tuple[float, float]]
+                      ) -> dict[int, tuple[float, float]]:
+        """Bounds that the facts of each cat/stack result put on its operands, where tighter
+        than the operands' own (and than `bounds`)."""
+        more: dict[int, tuple[float, float]] = {}
+        for n in self.nodes:
+            if n.spec.name not in _UNIONS or len(n.outputs) != 1:
+                continue
+            out = self._facts_of(n.outputs[0], facts)
+            for i in n.inputs:
+                f = self._facts_of(i, facts)
+                lo, hi = bounds.get(i, more.get(i, (-math.inf, math.inf)))
+                lo, hi = max(lo, out.lo), min(hi, out.hi)
+                if lo > f.lo or hi < f.hi:
+                    if (lo, hi) != bounds.get(i):
+                        more[i] = (lo, hi)
+        return more
+
+    def _facts_pass(self, vid: int, made: Facts, needs: dict[int, tuple[str, ...]],
+                    bounds: dict[int, tuple[float, float]]) -> dict[int, Facts] | None:
+        """One pass of `_facts_with`, each value also kept within `bounds`."""
         facts = dict(self.facts)
         facts[vid] = made
         produced = {o for n in self.nodes for o in n.outputs}
@@ -562,8 +600,8 @@ class GraphGenerator:
         chains, images = lineages(steps), {}
         roots = {r for r, _ in chains.values()}
         for leaf in self.vals:
-            if leaf not in produced and (self._canon(leaf) in needs or leaf in roots):
-                narrowed = self._narrowed(leaf, self._facts_of(leaf, facts), needs)
+            if leaf not in produced and (self._canon(leaf) in needs or leaf in roots or leaf in bounds):
+                narrowed = self._narrowed(leaf, self._facts_of(leaf, facts), needs, bounds)
                 if narrowed is not None and leaf in roots:
                     narrowed = self._within_chain(leaf, narrowed, steps, images)
                 if narrowed is None:
@@ -578,7 +616,7 @@ class GraphGenerator:
                 f = self._exact_image(o, f, steps, chains, facts, images)
                 if f is None:
                     return None
-                narrowed = self._narrowed(o, f, needs)
+                narrowed = self._narrowed(o, f, needs, bounds)
                 if narrowed is not None and o in roots:
                     narrowed = self._within_chain(o, narrowed, steps, images)
                 if narrowed is None:
@@ -611,11 +649,17 @@ class GraphGenerator:
         return replace(f, lo=lo, hi=hi, values=few, lo_limit=f.lo_limit and lo == f.lo,
                        hi_limit=f.hi_limit and hi == f.hi)
 
-    def _narrowed(self, vid: int, f: Facts, needs: dict[int, tuple[str, ...]]) -> Facts | None:
+    def _narrowed(self, vid: int, f: Facts, needs: dict[int, tuple[str, ...]],
+                  bounds: dict[int, tuple[float, float]] | None = None) -> Facts | None:
         for name in needs.get(self._canon(vid), ()):
             f = within(name, f)
             if f is None:
                 return None
+        if bounds and vid in bounds:
+            lo, hi = max(f.lo, bounds[vid][0]), min(f.hi, bounds[vid][1])
+            if lo > hi:
+                return None
+            f = replace(f, lo=lo, hi=hi, lo_limit=f.lo_limit and lo == f.lo, hi_limit=f.hi_limit and hi == f.hi)
         return f
 
     def _with_need(self, op: OpSpec, in_ids: list[int]

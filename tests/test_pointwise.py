@@ -110,3 +110,13 @@ def test_a_chain_bound_on_a_float_reaches_an_integer_cast_of_it():
     whole = out_of("type_as", x, y)  # int64(x), <= 0 once x < 0 bounds x for every reader
     assert not gen.insert_forward(ops["lgamma"], [whole])  # lgamma's poles: 0, -1, -2, ...
     assert gen.insert_forward(ops["exp"], [whole])
+
+
+def test_a_concatenation_bounded_by_its_readers_bounds_its_operands():
+    gen, ops, _, out_of = _generator("float32")
+    x, y = (gen.add_placeholder(("float32", 2), bin_now=False) for _ in range(2))  # dims free to match
+    joined = out_of("cat", x, y)
+    out_of("rsqrt", out_of("log", joined))  # log(cat) > 0: every element of x and y above 1
+    assert gen.facts[x].lo >= 1 and gen.facts[y].lo >= 1
+    assert not gen.insert_forward(ops["erfinv"], [x])  # |x| < 1
+    assert gen.insert_forward(ops["acosh"], [y])
