@@ -31,9 +31,9 @@ def from_torch(dtype) -> str:
 
 
 # Integer program inputs are drawn from these closed ranges (generator/materialize.py), and value
-# search moves an integer input within the range its values span, widened by INT_SEARCH_WIDEN
-# when they are (nearly) all equal (oracle/value_search.py `_int_bounds`). The generator's value
-# facts rely on both: an integer input stays within the range widened by INT_SEARCH_WIDEN.
+# search's gradient moves an integer input as far as INT_SEARCH_WIDEN beyond the default range
+# (oracle/value_search.py `_int_reach`). The generator's value facts rely on both: an integer
+# input stays within its range widened by INT_SEARCH_WIDEN, and gets anywhere in it.
 INPUT_INT_RANGES = {"uint8": (0, 15)}
 INPUT_INT_RANGE_DEFAULT = (-8, 8)
 INT_SEARCH_WIDEN = 8

@@ -26,8 +26,8 @@ from nnforge.generator.ir import Graph, Node, Value
 from nnforge.generator.pointwise import ChainCache, Step, enumerable, finite_somewhere, image, lineages, root_grid, window_anchors
 from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops, norm_dim, pick
 from nnforge.generator.value_facts import (
-    SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed, operand_need, placeholder_facts,
-    same_values_as, shrinks_help, triangle_drops, value_facts, within,
+    ELEMENTWISE_MAX, ELEMENTWISE_MIN, SIZE_ONE_OPS, SIZED_OPS, Concrete, Facts, along_axes, hopeless, makes_fixed,
+    operand_need, placeholder_facts, same_values_as, shrinks_help, triangle_drops, value_facts, within,
 )
 
 
@@ -204,6 +204,7 @@ class GraphGenerator:
         # the self-cancelling rule (x - positive(x) is 0) compares canonical ids
         self.alias: dict[int, int] = {}
         self._chains = ChainCache()  # elementwise chains evaluated so far (generator/pointwise.py)
+        self.doomed: _Node | None = None  # the op whose domain the last `_facts_with` found left, if any
         # every constraint kept so far, the binning buckets apart (see `_solve_with`)
         self._hard: list[z3.BoolRef] = []
         self._bins: list[list[z3.BoolRef]] = []
@@ -306,6 +307,7 @@ class GraphGenerator:
             self.vals[oid] = _Val(oid, o, placeholder=False)
             out_ids.append(oid)
         self.nodes.append(_Node(nid, op, list(in_ids), out_ids))
+        before = (self.needs, self.facts)
         self.needs, self.facts = needs, facts_after
         in_facts = [self._facts_of(i) for i in in_ids]
         made = self._node_facts(op, in_ids, in_facts, [o.dtype for o in outs])
@@ -318,6 +320,14 @@ class GraphGenerator:
         self.facts.update(zip(out_ids, made))
         if root is not None and spec.vulnerable:  # its domain narrows the chain's root for every reader
             refreshed = self._facts_with(root, self._facts_of(root))
+            if refreshed is None and self._dooms_graph(before, root):
+                # ... so far that an op already in the graph is hopeless: acos(tan(h)) leaves
+                # h = 0 only, where relu(tan(h)) divides by 0
+                self.solver.pop()
+                del self._hard[len(self._hard) - len(cons):]
+                self._forget(new_ids + out_ids)
+                self.stats.no_match += 1
+                return False
             if refreshed is not None:
                 self.facts = refreshed
         self._note_alias(op, in_ids, out_ids)
@@ -325,6 +335,23 @@ class GraphGenerator:
         self._bin_attrs(op)
         self.bin_placeholders(new_ids)
         return True
+
+    def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
+        """Whether the node just appended is to blame for the graph's facts failing once its
+        chain's root is refreshed: some op's operands left its domain, and the facts held
+        without the node. If so it is taken out again (needs and facts as `before`); if not, it
+        stays: a graph that was inconsistent already, or a refresh that only narrowed operands
+        to single values, "fixed" (sqrt(-exp(x)) needs exp(x) to underflow to 0: feasible)."""
+        if self.doomed is None:
+            return False
+        node = self.nodes.pop()
+        after = (self.needs, self.facts)
+        self.needs, self.facts = before
+        if self._facts_with(root, self._facts_of(root)) is not None:
+            return True
+        self.nodes.append(node)
+        self.needs, self.facts = after
+        return False
 
     def insert_backward(self, spec: type[OpSpec]) -> bool:
         """Replace a placeholder by the output of a new `spec` node fed by fresh placeholders."""
@@ -562,6 +589,7 @@ class GraphGenerator:
         well. That takes another pass over the graph, at most twice."""
         needs = self.needs if needs is None else needs
         bounds: dict[int, tuple[float, float]] = {}
+        self.doomed = None  # the op found hopeless, if that is why the answer is None
         for _ in range(3):
             facts = self._facts_pass(vid, made, needs, bounds)
             if facts is None:
@@ -574,17 +602,24 @@ class GraphGenerator:
 
     def _union_bounds(self, facts: dict[int, Facts], bounds: dict[int, tuple[float, float]]
                       ) -> dict[int, tuple[float, float]]:
-        """Bounds that the facts of each cat/stack result put on its operands, where tighter
-        than the operands' own (and than `bounds`)."""
+        """Bounds that the facts of each result put on its operands, where tighter than the
+        operands' own (and than `bounds`): a cat/stack result bounds every operand both ways;
+        an elementwise maximum bounds them from above (logit(maximum(x, i)) leaves an integer i
+        at most 0, for digamma(i) as well), a minimum from below."""
         more: dict[int, tuple[float, float]] = {}
         for n in self.nodes:
-            if n.spec.name not in _UNIONS or len(n.outputs) != 1:
+            name = n.spec.name
+            if len(n.outputs) != 1 or not (name in _UNIONS or name in ELEMENTWISE_MAX or name in ELEMENTWISE_MIN):
                 continue
             out = self._facts_of(n.outputs[0], facts)
             for i in n.inputs:
                 f = self._facts_of(i, facts)
                 lo, hi = bounds.get(i, more.get(i, (-math.inf, math.inf)))
-                lo, hi = max(lo, out.lo), min(hi, out.hi)
+                if name not in ELEMENTWISE_MAX:
+                    # an open bound at a whole number excludes it from an integer operand
+                    lo = max(lo, out.lo + 1 if out.lo_limit and f.integral and float(out.lo).is_integer() else out.lo)
+                if name not in ELEMENTWISE_MIN:
+                    hi = min(hi, out.hi - 1 if out.hi_limit and f.integral and float(out.hi).is_integer() else out.hi)
                 if lo > f.lo or hi < f.hi:
                     if (lo, hi) != bounds.get(i):
                         more[i] = (lo, hi)
@@ -610,6 +645,9 @@ class GraphGenerator:
         for n in self.nodes:
             ins = [self._facts_of(i, facts) for i in n.inputs]
             if hopeless(n.spec, ins):
+                # (blame needs more than operands "fixed" by narrowing: floor(x) is 0 where x must
+                # lie in [0, 1), yet search still moves x)
+                self.doomed = n if hopeless(n.spec, [replace(f, fixed=False) for f in ins]) else None
                 return None
             dts = [self.vals[o].t.dtype for o in n.outputs]
             for o, f in zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts)):

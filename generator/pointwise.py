@@ -38,6 +38,15 @@ ELEMENT_PRESERVING = frozenset({
     "contiguous", "reshape", "view", "flatten", "unflatten", "permute", "transpose", "t",
     "movedim", "squeeze", "unsqueeze", "expand", "expand_as", "flip", "roll", "tile", "repeat",
 })
+# Ops whose one result holds some elements of their first operand (and nothing else): each is
+# still f(x) at the root's value x, so a chain through them must stay finite at one x too.
+# (They make the chain's feasible set a bound that an all-finite run can keep to, though the
+# elements left out need not: stricter than necessary for those, never looser.)
+ELEMENT_SUBSET = frozenset({
+    "narrow", "slice", "select", "diagonal", "gather", "index_select", "take_along_dim", "amax_amin",
+    "max_min", "median", "kthvalue", "mode", "max_pool1d", "max_pool2d", "max_pool3d",
+    "adaptive_max_pool1d", "adaptive_max_pool2d",
+})
 
 # One node as the check sees it: the op instance, its input ids and its output ids.
 Step = tuple[Any, Sequence[int], Sequence[int]]
@@ -60,7 +69,7 @@ def lineages(steps: Sequence[Step]) -> dict[int, tuple[int, bool]]:
         if len(outs) != 1 or not ins:
             continue
         o = outs[0]
-        if getattr(op, "name", "") in ELEMENT_PRESERVING:
+        if getattr(op, "name", "") in ELEMENT_PRESERVING or _picks_elements(op):
             root[o] = root.get(ins[0], ins[0])
             layout[o] = o
             out[o] = (root[o], False)
@@ -71,6 +80,13 @@ def lineages(steps: Sequence[Step]) -> dict[int, tuple[int, bool]]:
                 root[o], layout[o] = keys.pop()
                 out[o] = (root[o], True)
     return out
+
+
+def _picks_elements(op: Any) -> bool:
+    name = getattr(op, "name", "")
+    if name == "pad":  # reflect, replicate, circular: copies of the operand's elements
+        return op.attrs.get("mode") in ("reflect", "replicate", "circular")
+    return name in ELEMENT_SUBSET
 
 
 @lru_cache(maxsize=512)

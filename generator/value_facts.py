@@ -156,6 +156,8 @@ _INCREASING = {  # monotone non-decreasing unary ops (where finite)
     "acosh": lambda x: math.acosh(max(x, 1.0)),  # where finite (x >= 1)
     "atanh": lambda x: math.atanh(x) if -1 < x < 1 else math.copysign(INF, x),  # where finite (|x| < 1)
     "erfinv": lambda x: _erfinv(x),
+    # steps: sgn of a uint8 is 0 or 1, not [-1, 1] (whose -1 would wrap to 255)
+    "sgn": lambda x: float((x > 0) - (x < 0)), "sign": lambda x: float((x > 0) - (x < 0)),
 }
 _DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0)),
                # where finite (x > 0); an operand reaching 0 or below leaves no upper bound
@@ -313,8 +315,8 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     if fn is not None:
         lo, hi = _safe(fn, f.lo), _safe(fn, f.hi)
         # floor(0 + tiny) is 0, attained; floor(1 - tiny) is 0 too: 1 stays out of reach (ceil mirrors)
-        lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc")
-        hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc")
+        lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc", "sgn", "sign")
+        hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc", "sgn", "sign")
         if name in _SHRINKS:  # a limit survives outside the dead zone only: values near it become 0
             lambd = _number(a.get("lambd"), 0.5)
             lo_limit, hi_limit = f.lo_limit and abs(f.lo) > lambd, f.hi_limit and abs(f.hi) > lambd
@@ -529,8 +531,8 @@ def _sum_facts(f: Facts) -> Facts:
 _PRODUCTS = frozenset({"mul", "mul_promote", "mm", "bmm", "matmul", "einsum", "linear"})  # zero if an operand is all zeros
 
 
-_LOWER_OF = frozenset({"minimum", "minimum_promote", "fmin"})
-_UPPER_OF = frozenset({"maximum", "maximum_promote", "fmax"})
+ELEMENTWISE_MIN = frozenset({"minimum", "minimum_promote", "fmin"})
+ELEMENTWISE_MAX = frozenset({"maximum", "maximum_promote", "fmax"})
 
 
 def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
@@ -793,10 +795,13 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(0.0, 0.0, integral=True, zero=True)  # the spread of one repeated value
         elif name == "std_var" and pos == 0:
             f = Facts(0.0, INF)
-        elif (name in _LOWER_OF or name in _UPPER_OF) and same_operands:
+        elif (name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX) and same_operands:
             f = ins[0]  # min(x, x) is x
-        elif name in _LOWER_OF or name in _UPPER_OF:  # elementwise min/max: tighter than the hull
-            f = _min_max_facts(name in _LOWER_OF, ins)
+        elif name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX:  # elementwise min/max: tighter than the hull
+            f = _min_max_facts(name in ELEMENTWISE_MIN, ins)
+        elif name == "gcd" and len(ins) == 2 and min(ins[0].lo, ins[1].lo) > _INT_RANGES.get(dt, (-INF,))[0]:
+            m = max(abs(ins[0].lo), abs(ins[0].hi), abs(ins[1].lo), abs(ins[1].hi))
+            f = Facts(0.0, m, integral=True)  # never negative (but gcd(-128, 0) is -128 in int8)
         elif name == "bitwise_right_shift":
             f = _right_shift_facts(op, ins[0])
         elif name.startswith("avg_pool") and op.attrs.get("divisor_override") is not None:

@@ -36,7 +36,8 @@ Low-precision tensors are optimised through a float32 master copy; shapes, dtype
 of the inputs never change. Integer inputs (generated programs feed them straight into log,
 acos, division) are optimised too: a float master, rounded into the values' original range
 (widened when they are all equal, as a lone scalar's are, and further for gradient steps than
-for draws, see `_int_reach`), is what Adam moves; the operators
+for draws, see `_int_reach`; a narrow result that wraps is judged on the unwrapped side, see
+`_valued`), is what Adam moves; the operators
 see a float "shadow" equal to the integers, with the master's gradient (every integer result
 downstream gets one too, equal to its own values: `x ^ x` reads 0, not x). Shadows pass through
 integer-only operators too (bitwise ops and shifts move with their operand, `~x` as `-x - 1`),
@@ -59,7 +60,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
-from nnforge.core.dtypes import INT_SEARCH_WIDEN
+from nnforge.core.dtypes import INT_SEARCH_WIDEN, from_torch, input_int_range
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.safe_domain import (
     CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES, POLES,
@@ -183,7 +184,18 @@ def _valued(proxy: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     distance (positive where true), which says how far a comparison is from flipping."""
     if out.dtype == torch.bool or proxy.shape != out.shape:
         return proxy
-    return proxy + (out.to(proxy.dtype) - proxy).detach()
+    actual = out.to(proxy.dtype)
+    if out.dtype in _WRAPPING:
+        # A narrow integer that wrapped (uint8(6) - 7 is 255) is judged where the proxy's path
+        # put it (-1): from 255 a domain loss would pull the operand down, away from the
+        # values (7, 8) where the difference comes back into range.
+        span = float(2 ** _WRAPPING[out.dtype])
+        turns = torch.round((actual - proxy.detach()) / span)
+        actual = actual - turns * span
+    return proxy + (actual - proxy).detach()
+
+
+_WRAPPING = {torch.uint8: 8, torch.int8: 8, torch.int16: 16}
 
 
 def _with_gradient_floor(out: torch.Tensor, x: Any) -> torch.Tensor:
@@ -1348,17 +1360,15 @@ def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
 
 def _int_reach(x: torch.Tensor) -> tuple[int, int]:
     """The range a gradient may move an integer input's values in: its draw bounds
-    (`_int_bounds`), and for values that are (nearly) all equal, as a lone scalar's are, at
-    least [-2 INT_SEARCH_WIDEN, 2 INT_SEARCH_WIDEN] (within the dtype). One value says nothing
-    of the range it was drawn from, and the generator's value facts take an input drawn from
-    [-8, 8] to reach 8 further either way: a scalar drawn as 3 must still get to -14
-    (softshrink(i // -7, 1) is non-zero only there). Draws keep to the narrower bounds."""
+    (`_int_bounds`) widened to the range the generator's value facts count on, whatever the
+    input's size: the draw range of its dtype, INT_SEARCH_WIDEN further either way (within the
+    dtype). A scalar drawn as 3 must still get to -14 (softshrink(i // -7, 1) is non-zero only
+    there), and a [8, 16] input to -12 (expm1(i + 100) overflows above -12). Draws keep to the
+    narrower bounds."""
     info = torch.iinfo(x.dtype)
     lo, hi = _int_bounds(x)
-    if int(x.max()) - int(x.min()) >= 2:
-        return lo, hi
-    w = 2 * INT_SEARCH_WIDEN
-    return max(info.min, min(lo, -w)), min(info.max, max(hi, w))
+    d_lo, d_hi = input_int_range(from_torch(x.dtype))
+    return max(info.min, min(lo, d_lo - INT_SEARCH_WIDEN)), min(info.max, max(hi, d_hi + INT_SEARCH_WIDEN))
 
 
 # Sub-ranges an integer input is resampled from (None: the input's own bound), in order: all of

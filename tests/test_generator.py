@@ -765,3 +765,23 @@ def test_normalize_lrn_frac_self_division_remainders_and_wrapping_casts_are_seen
     assert ei.hi == 0 and _facts_through("log", [("bfloat16", 2)], [ei])[0]
     _, at = _facts_through("atanh", f32, [Facts(0.0, 0.5)])
     assert at.lo == 0 and abs(at.hi - math.atanh(0.5)) < 1e-12
+
+
+def test_signs_of_unsigned_values_and_gcds_are_never_negative():
+    from nnforge.generator.value_facts import placeholder_facts
+
+    _, sign = _facts_through("sgn", [("uint8", 2)], [placeholder_facts("uint8")])
+    assert (sign.lo, sign.hi) == (0, 1)  # not [-1, 1], whose -1 a uint8 would hold as 255
+    ints = placeholder_facts("int8")
+    _, gcd = _facts_through("gcd", [("int8", 2), ("int8", 2)], [ints, ints])
+    assert (gcd.lo, gcd.hi) == (0, 16)
+    _, neg = _facts_through("neg", [("int8", 2)], [gcd])
+    assert _facts_through("lgamma", [("int8", 2)], [neg])[0]  # lgamma of integers <= 0 is inf
+
+
+def test_a_bounded_maximum_bounds_its_operands():
+    gen, ops, x, out_of = _one_input_generator()
+    i = gen.add_placeholder(("int8", 2), bin_now=False)
+    out_of("atanh", out_of("maximum_promote", x, i))  # both operands below 1: i <= 0
+    assert not gen.insert_forward(ops["digamma"], [i])  # digamma of an integer <= 0 is inf
+    assert gen.insert_forward(ops["exp"], [i])

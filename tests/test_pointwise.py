@@ -88,7 +88,9 @@ def test_a_float_that_must_hit_one_exact_value_is_refused_but_a_window_is_not():
 
 def test_a_step_function_of_a_float_input_is_bounded_by_the_values_it_takes():
     gen, ops, x, out_of = _generator("float32")
-    ones = out_of("sgn", out_of("cosh", x))  # sgn of a number >= 1: 1, whatever x
+    # hypot(x, x) is sqrt(2) |x|: 0 only at x == 0, which search never lands on (interval facts
+    # say [0, inf], so sgn in [0, 1]); its sgn is 1 at every point of x's grid
+    ones = out_of("sgn", out_of("hypot", x, x))
     assert gen.facts[ones].lo == gen.facts[ones].hi == 1
     mean = out_of("mean", ones)  # a reduction ends the chain; its facts carry the bound on
     assert not gen.insert_forward(ops["atanh"], [mean])  # atanh(1) is inf
@@ -120,3 +122,27 @@ def test_a_concatenation_bounded_by_its_readers_bounds_its_operands():
     assert gen.facts[x].lo >= 1 and gen.facts[y].lo >= 1
     assert not gen.insert_forward(ops["erfinv"], [x])  # |x| < 1
     assert gen.insert_forward(ops["acosh"], [y])
+
+
+def test_a_chain_goes_on_through_ops_that_pick_some_of_its_elements():
+    gen, ops, x, out_of = _generator("int64")
+    ach = out_of("acosh", x)  # x >= 1
+    part = out_of("narrow", ach)  # some of the same elements
+    out_of("atanh", out_of("rrelu", part))  # acosh(x) < 1: x = 1 where narrow picks
+    assert lineages(gen._steps())[part] == (x, False)
+    assert not gen.insert_forward(ops["log"], [ach])  # acosh(x) > 0 needs x >= 2
+    assert gen.insert_forward(ops["exp"], [ach])
+
+
+def test_an_op_whose_domain_dooms_an_op_already_built_is_refused():
+    from nnforge.generator.value_facts import value_set
+
+    gen, ops, x, out_of = _generator("int8")
+    divisor = out_of("relu", x)  # 0 or more: a divisor with room, while x is free
+    y = gen.add_placeholder(("float32", 2), bin_now=False)
+    out_of("div_promote", y, divisor)
+    neg = out_of("neg", x)
+    # acos(-x) leaves x in {-1, 0, 1}: relu(x) would be 0 or 1, a mask no division survives
+    assert not gen.insert_forward(ops["acos"], [neg])
+    assert value_set(gen.facts[divisor]) is None and len(gen.nodes) == 3
+    assert gen.insert_forward(ops["acos"], [out_of("sgn", neg)])  # sgn(-x) is in [-1, 1] whatever x
