@@ -548,6 +548,25 @@ def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
 _ABSORBING = {"bitwise_or": -1.0, "bitwise_and": 0.0}
 
 
+# Unary ops that are <= 0 wherever their operand is (a value <= 0 held stays one).
+_SIGN_KEEPING = frozenset({"relu", "relu6", "mish", "silu", "gelu", "hardswish", "softsign", "tanh", "sinh", "asinh",
+                           "atan", "erf", "expm1", "positive", "trunc", "floor", "round", "sgn", "sign", "deg2rad",
+                           "rad2deg", "tanhshrink", "hardshrink", "softshrink", "selu"})
+
+
+def _holds_nonpositive(g: Facts) -> bool:
+    return g.nonpos or g.centered or g.negative or g.zero or (g.holds is not None and g.holds <= 0)
+
+
+def _norm_facts(order: Any, g: Facts) -> Facts:
+    """A vector norm is never negative; the max-norms (order +-inf) are the magnitude of one
+    element (a whole number for whole operands: logit of one is hopeless), order 0 counts."""
+    if isinstance(order, (int, float)) and abs(order) == INF:
+        lo, hi = (g.lo, g.hi) if g.lo >= 0 else (-g.hi, -g.lo) if g.hi <= 0 else (0.0, max(-g.lo, g.hi))
+        return Facts(lo, hi, integral=g.integral)
+    return Facts(0.0, INF, integral=order == 0)
+
+
 def _hull(fs: list[Facts], with_zero: bool = False, averaged: bool = False) -> Facts:
     lo, hi = min(f.lo for f in fs), max(f.hi for f in fs)
     if with_zero:
@@ -808,6 +827,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _sum_facts(ins[0])  # a window sum divided by a fixed number (1, say): the sign is all that is left
         elif name == "where" and ins and ins[0].lo == ins[0].hi and ins[0].lo in (0.0, 1.0):
             f = _where_branch(op, ins, taken=ins[0].lo == 1.0)
+        elif name == "vector_norm":
+            f = _norm_facts(op.attrs.get("ord"), ins[0])
+        elif name == "interpolate" and op.attrs.get("mode") != "bicubic":  # weights >= 0 that sum to 1
+            f = _hull(ins[:1], averaged=not str(op.attrs.get("mode")).startswith("nearest"))
         elif name in _HULL:
             f = _hull(ins, with_zero=name.startswith("avg_pool"), averaged=name not in ("cat", "stack"))
             if name in ("cat", "stack"):
@@ -892,6 +915,8 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
         f = base if f is None else f
         if len(ins) == 1 and ins[0].zero and name in _ZERO_AT_ZERO and not f.zero:  # tril(x) -> hardswish
             f = replace(f, zero=True)
+        if len(ins) == 1 and name in _SIGN_KEEPING and not f.nonpos and _holds_nonpositive(ins[0]):
+            f = replace(f, nonpos=True)  # log(mish(instance_norm(x))): mish is <= 0 where x is
         rng = _INT_RANGES.get(dt)
         wraps = rng is not None and (rng[0] > f.lo > -INF or INF > f.hi > rng[1] or (rng[0] == 0 and f.lo < 0))
         if wraps and not name.startswith("to_"):

@@ -785,3 +785,21 @@ def test_a_bounded_maximum_bounds_its_operands():
     out_of("atanh", out_of("maximum_promote", x, i))  # both operands below 1: i <= 0
     assert not gen.insert_forward(ops["digamma"], [i])  # digamma of an integer <= 0 is inf
     assert gen.insert_forward(ops["exp"], [i])
+
+
+def test_max_norms_interpolation_and_sign_keeping_activations_are_seen_through():
+    from nnforge.generator.value_facts import Facts
+
+    whole = Facts(-3.0, 2.0, integral=True)
+    _, inf_norm = _facts_through("vector_norm", [("float32", 2)], [whole], ord=float("inf"))
+    assert (inf_norm.lo, inf_norm.hi, inf_norm.integral) == (0.0, 3.0, True)
+    assert _facts_through("logit", [("float32", 2)], [inf_norm], eps=None)[0]  # no whole number in (0, 1)
+    assert _facts_through("vector_norm", [("float32", 2)], [whole], ord=2.0)[1].lo == 0.0
+    big = Facts(232.0, 255.0, integral=True)  # ~x of a uint8
+    _, scaled = _facts_through("interpolate", [("uint8", 4)], [big], mode="bilinear")
+    assert (scaled.lo, scaled.hi) == (232.0, 255.0)
+    assert _facts_through("asin", [("uint8", 2)], [scaled])[0]
+    centered = Facts(centered=True)  # instance_norm: mean 0, so a value <= 0 somewhere
+    _, mish = _facts_through("mish", [("float32", 2)], [centered])
+    assert mish.nonpos and _facts_through("log", [("float32", 2)], [mish])[0]
+    assert not _facts_through("log", [("float32", 2)], [_facts_through("exp", [("float32", 2)], [centered])[1]])[0]

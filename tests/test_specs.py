@@ -74,3 +74,27 @@ def test_layout_sensitive_ops_accept_any_strided_input():
     call = take.materialize(["x", "i"], take.attrs, [(12, 8), (2,)])
     x, i = torch.randn(12, 16)[:, :8], torch.tensor([3, 9])
     assert torch.equal(eval(call, {"torch": torch, "x": x, "i": i}), x.reshape(-1)[i])
+
+
+def test_pairwise_max_distance_is_never_built_over_an_empty_last_dim():
+    """p=inf is a max over the last dim: eager raises on an empty one (no identity), whatever
+    the values; with every placeholder allowed 0-size dims, no such program comes out."""
+    import torch
+
+    from nnforge.generator.engine import GeneratorConfig
+    from nnforge.generator.seeds import generate_case
+    from nnforge.oracle.program_loader import load_program, unload_program
+
+    max_norms = 0
+    for seed in range(80):
+        cfg = GeneratorConfig(n_nodes=1, seed=seed, ops=("pairwise_distance",), dtypes=("float32",),
+                              weight_prob=0.0, zero_size_prob=1.0)
+        case, gen = generate_case(cfg)
+        max_norms += gen.graph.nodes[0].attrs["p"] == float("inf")
+        module = load_program(case.program, name=f"pdist_{seed}")
+        try:
+            torch.manual_seed(seed)
+            module.Model()(*module.make_inputs())  # raises if built over an empty dim
+        finally:
+            unload_program(module)
+    assert max_norms >= 8, "too few max-distance programs to test anything"

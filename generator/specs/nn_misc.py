@@ -306,7 +306,10 @@ class PairwiseDistance(OpSpec):
         self.bool_attr("keepdim")
 
     def requires(self, inputs):
-        return broadcast(inputs[0].shape, inputs[1].shape)[0]
+        cons, shape = broadcast(inputs[0].shape, inputs[1].shape)
+        if self.attrs["p"] == float("inf") and shape:  # a max over no elements has no value: it raises
+            cons = list(cons) + [shape[-1] >= 1]
+        return cons
 
     def type_transfer(self, inputs):
         _, shape = broadcast(inputs[0].shape, inputs[1].shape)
