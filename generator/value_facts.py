@@ -856,6 +856,9 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _sum_facts(ins[0])
         elif name == "prod" or (name == "cumsum_cumprod" and op.attrs.get("fn") == "cumprod"):
             f = _product_facts(ins[0], dt)
+        elif name == "logcumsumexp":  # at least each running maximum; the first equals its element
+            g = ins[0]
+            f = Facts(g.lo, INF, at_most=g.hi if math.isfinite(g.hi) else None)
         elif name == "logsumexp":
             g = ins[0]  # at least the greatest element (at least lo + ln n over n elements, see _sized_facts)
             f = Facts(g.lo, INF) if g.lo > -INF else None
@@ -1012,6 +1015,14 @@ def _floor_div_facts(op: OpSpec, f: Facts) -> Facts | None:
     "trunc" truncates): the bounds of x / s rounded, integral; an exact 0 stays 0."""
     a = op.attrs
     s = _number(a.get("scalar"), math.nan)
+    rnd = _trunc if a.get("rounding_mode") == "trunc" else _floor
+    if a.get("form") == "rop" and math.isfinite(s):  # s // x: a whole number too, wherever finite
+        positive, negative = f.lo > 0 or (f.lo == 0 and f.lo_limit), f.hi < 0 or (f.hi == 0 and f.hi_limit)
+        if s == 0 or not (positive or negative):
+            return Facts(integral=True)
+        lo, hi = sorted(math.copysign(INF, s * (1 if positive else -1)) if b == 0 else s / b for b in (f.lo, f.hi))
+        lo, hi = lo - 1e-3 * abs(lo), hi + 1e-3 * abs(hi)
+        return Facts(float(rnd(lo)), float(rnd(hi)), integral=True)
     if a.get("form") == "rop" or not math.isfinite(s) or s == 0:
         return None
     lo, hi = sorted((f.lo / s, f.hi / s))
@@ -1019,7 +1030,6 @@ def _floor_div_facts(op: OpSpec, f: Facts) -> Facts | None:
         return None
     if f.lo != f.hi:  # room for the quotient's rounding in low precision (a point is kept exact)
         lo, hi = lo - 1e-3 * abs(lo), hi + 1e-3 * abs(hi)
-    rnd = _trunc if a.get("rounding_mode") == "trunc" else _floor
     return Facts(float(rnd(lo)), float(rnd(hi)), integral=True, zero=f.zero)
 
 

@@ -803,3 +803,16 @@ def test_max_norms_interpolation_and_sign_keeping_activations_are_seen_through()
     _, mish = _facts_through("mish", [("float32", 2)], [centered])
     assert mish.nonpos and _facts_through("log", [("float32", 2)], [mish])[0]
     assert not _facts_through("log", [("float32", 2)], [_facts_through("exp", [("float32", 2)], [centered])[1]])[0]
+
+
+def test_running_logsumexps_and_reflected_floor_divisions_are_seen_through():
+    from nnforge.generator.value_facts import Facts
+
+    unit = Facts(0.0, 0.5, lo_limit=True)  # (0, 0.5]
+    _, running = _facts_through("logcumsumexp", [("float32", 2)], [unit])
+    assert running.lo == 0.0 and running.at_most == 0.5  # its first element is the operand's
+    assert _facts_through("acosh", [("float32", 2)], [running])[0]  # acosh needs >= 1 everywhere
+    _, quotient = _facts_through("div_rounding", [("float32", 2)], [unit], scalar=-2.5, form="rop",
+                                 rounding_mode="floor")
+    assert quotient.integral and quotient.hi == -5.0  # -2.5 // x for x in (0, 0.5]
+    assert _facts_through("logit", [("float32", 2)], [Facts(integral=True)], eps=None)[0]

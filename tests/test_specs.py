@@ -98,3 +98,22 @@ def test_pairwise_max_distance_is_never_built_over_an_empty_last_dim():
         finally:
             unload_program(module)
     assert max_norms >= 8, "too few max-distance programs to test anything"
+
+
+def test_a_reshape_split_with_a_one_between_its_halves_keeps_the_element_count():
+    """Padding a regroup plan with 1s may put one between a split's two halves: (3, 2, 3) to
+    (3, 1, 2, 3) splits dim 0 as 3 * 1; the second half is not the entry after the first."""
+    import z3
+
+    from nnforge.generator.abstract import AbsTensor
+    from nnforge.generator.materialize import spec_instance
+
+    op = spec_instance("reshape", [("float32", 3)], "r")
+    op.plan, op.drops = [("split", 0, 0), ("one",), ("split", 0, 1), ("merge", (1, 2))], []
+    op.sizes = [z3.Int(f"s{i}") for i in range(4)]
+    op.attrs["infer_at"] = None
+    solver = z3.Solver()
+    solver.add(op.target_requires([AbsTensor("float32", [3, 2, 3])]))
+    assert solver.check() == z3.sat
+    solver.add(op.sizes[2] == 8)  # (3, 1, 8, 6) holds 144 elements, not 18
+    assert solver.check() == z3.unsat

@@ -210,8 +210,9 @@ class ReshapeTarget(ShapeSpec):
                     cons.append(self.sizes[k] == 1)
                 elif step[0] == "merge":
                     cons.append(self.sizes[k] == prod([x[ax] for ax in step[1]]))
-                elif step[0] == "split" and step[2] == 0:
-                    cons.append(self.sizes[k] * self.sizes[k + 1] == x[step[1]])
+                elif step[0] == "split" and step[2] == 0:  # (a "one" may sit between the halves)
+                    other = self.plan.index(("split", step[1], 1))
+                    cons.append(self.sizes[k] * self.sizes[other] == x[step[1]])
             cons += [x[ax] == 1 for ax in self.drops]
         k = self.attrs["infer_at"]
         if k is not None:  # -1 cannot be inferred when the other entries multiply to 0
