@@ -540,7 +540,7 @@ class GraphGenerator:
                     elif n.spec.name in SIZE_ONE_OPS and all(shape[ax] == 1 for ax in axes):
                         lifts += self._lift_size_one(n, axes)
                     else:
-                        lifts += self._shrink_extent(n, axes)
+                        lifts += self._shrink_extent(n, axes, shape)
             if lifts:
                 wants.append(z3.Or(lifts))
         return wants
@@ -552,16 +552,18 @@ class GraphGenerator:
             return d >= shape[-1] - 1
         return d <= -(shape[-2] - 1)
 
-    def _shrink_extent(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:
-        """Ways for node `n` to work along 2 elements at most (one axis only)."""
+    def _shrink_extent(self, n: _Node, axes: list[int], solved: tuple[int, ...]) -> list[z3.BoolRef]:
+        """Ways for node `n` to work along fewer elements: 2 at most (one axis only) where it
+        works along 3 or more at the `solved` sizes, else 1."""
+        most = 2 if math.prod(solved[ax] for ax in axes) >= 3 else 1
         shape = self.vals[n.inputs[0]].t.shape
         dim = n.spec.attrs.get("dim")
         if isinstance(dim, z3.ArithRef) and shape:
-            return [pick(shape, norm_dim(dim, len(shape))) <= 2]
+            return [pick(shape, norm_dim(dim, len(shape))) <= most]
         if len(axes) == 1:
-            return [shape[ax] <= 2 for ax in axes if not isinstance(shape[ax], int)]
-        # several axes (logsumexp over a tuple): one of them down to 2, the others to 1
-        return [z3.And([shape[b] <= (2 if b == a else 1) for b in axes if not isinstance(shape[b], int)])
+            return [shape[ax] <= most for ax in axes if not isinstance(shape[ax], int)]
+        # several axes (logsumexp over a tuple): one of them down to `most`, the others to 1
+        return [z3.And([shape[b] <= (most if b == a else 1) for b in axes if not isinstance(shape[b], int)])
                 for a in axes if not isinstance(shape[a], int)]
 
     def _lift_size_one(self, n: _Node, axes: list[int]) -> list[z3.BoolRef]:

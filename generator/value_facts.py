@@ -701,11 +701,13 @@ def extent(op: OpSpec, concrete: Concrete) -> int | None:
 def shrinks_help(op: OpSpec, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> bool:
     """Whether `op` (softmax, log_softmax, logsumexp, a permutation of indices) works along 3 or
     more elements at solved sizes, where what it holds (a probability <= 1/n, the index n - 1) or
-    its least value (lo + ln n) grows out of reach of some domains as n grows."""
+    its least value (lo + ln n) grows out of reach of some domains as n grows; or a logsumexp
+    along 2 (over one element it is its operand: asin(logsumexp(sigmoid(x))) needs that).
+    (Over one element the others are constants, which no vulnerable reader is given.)"""
     if op.name not in ("softmax", "log_softmax", "logsumexp") and not any(_is_permutation(op, pos) for pos in (0, 1)):
         return False
     n = extent(op, Concrete((shape,), attrs))
-    return n is not None and n >= 3
+    return n is not None and (n >= 3 or (n == 2 and op.name == "logsumexp"))
 
 
 def triangle_drops(op: OpSpec, concrete: Concrete | None) -> bool:
@@ -788,6 +790,9 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(0.0, 0.0, integral=True, zero=True)  # x - trunc(x) of a whole number
         elif _is_index_output(op, pos):
             f = _INDEX
+        elif name == "signbit" and ins and (ins[0].lo > 0 or ins[0].hi < 0):  # (-0.0 has it set: no 0 here)
+            v = float(ins[0].hi < 0)
+            f = Facts(v, v, integral=True, zero=v == 0)
         elif name in _CLASS_TEST_VALUE:  # on finite values (all value search accepts)
             v = _CLASS_TEST_VALUE[name]
             f = Facts(v, v, integral=True, zero=v == 0)

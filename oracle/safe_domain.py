@@ -218,7 +218,8 @@ GRADIENT_FLOOR = 1e-2
 INT_CASTS = frozenset({"to", "type", "long", "int", "short", "char", "byte"})
 # Comparisons: the boolean result gets a signed float shadow (positive where true).
 COMPARISONS = {"gt": 1.0, "ge": 1.0, "greater": 1.0, "greater_equal": 1.0,
-               "lt": -1.0, "le": -1.0, "less": -1.0, "less_equal": -1.0}
+               "lt": -1.0, "le": -1.0, "less": -1.0, "less_equal": -1.0,
+               "signbit": -1.0}  # x < 0, against an implicit 0
 
 _ALIASES = {
     "truediv": "div", "divide": "div", "true_divide": "div", "idiv": "div", "itruediv": "div",

@@ -437,7 +437,7 @@ class _Interceptor(TorchFunctionMode):
                 self.shadows.setdefault(id(out), (out, _valued(sx, out)))  # integer to integer
         elif name in COMPARISONS and out.dtype == torch.bool:
             a = args[0] if args else None
-            b = args[1] if len(args) > 1 else kwargs.get("other")
+            b = args[1] if len(args) > 1 else kwargs.get("other", 0.0 if name == "signbit" else None)
             if _grad_float(a) or _grad_float(b):
                 try:
                     diff = (a - b) * COMPARISONS[name]

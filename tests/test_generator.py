@@ -816,3 +816,22 @@ def test_running_logsumexps_and_reflected_floor_divisions_are_seen_through():
                                  rounding_mode="floor")
     assert quotient.integral and quotient.hi == -5.0  # -2.5 // x for x in (0, 0.5]
     assert _facts_through("logit", [("float32", 2)], [Facts(integral=True)], eps=None)[0]
+
+
+def test_signbits_of_values_of_one_sign_are_known():
+    from nnforge.generator.value_facts import Facts
+
+    _, positive = _facts_through("signbit", [("float32", 2)], [Facts(0.5, 2.0)])
+    assert positive.lo == positive.hi == 0.0
+    assert _facts_through("reciprocal", [("bool", 2)], [positive])[0]
+    _, negative = _facts_through("signbit", [("float32", 2)], [Facts(-2.0, -0.5)])
+    assert negative.lo == negative.hi == 1.0
+    assert _facts_through("signbit", [("float32", 2)], [Facts(0.0, 2.0)])[1].hi == 1.0  # -0.0 has it set
+
+
+def test_a_logsumexp_over_two_elements_that_dooms_its_reader_is_solved_over_one():
+    gen, ops, x, out_of = _one_input_generator()
+    w = gen.add_placeholder(("float32", 1), bin_now=False)
+    lse = out_of("logsumexp", out_of("sigmoid", out_of("exp", w)))  # >= 0.5 + ln n over n elements
+    out_of("asin", lse)  # <= 1: only over one element
+    assert gen.finish().graph.values[w].shape == [1]

@@ -631,7 +631,8 @@ class BatchNormOfIntegers(nn.Module):
 def test_descent_that_keeps_lowering_its_loss_runs_past_max_descent(seed):
     torch.manual_seed(seed)
     model, inputs = BatchNormOfIntegers(), (torch.randint(0, 16, [16, 15, 14], dtype=torch.uint8),)
-    res = ValueSearch(seed=seed, **SEARCH).run(model, inputs)
+    # (iterations bound the search, not time: a loaded machine must not end the descent early)
+    res = ValueSearch(seed=seed, budget_ms=20000.0, max_iters=SEARCH["max_iters"]).run(model, inputs)
     assert_repaired(model, inputs, res)
     assert res.method == "gradient"
 
@@ -969,4 +970,19 @@ def test_a_narrow_integer_that_wraps_is_moved_the_way_back_into_range():
     inputs = (torch.randint(0, 16, [10, 15, 3], dtype=torch.uint8),)
     res = ValueSearch(seed=0, budget_ms=2000.0, max_iters=60).run(AcosOfWrappedDifference(), inputs)
     assert_repaired(AcosOfWrappedDifference(), inputs, res)
+    assert res.method == "gradient"
+
+
+class LogOfSignbit(nn.Module):
+    """log(signbit(x)): finite only where every x is negative; signbit has no slope of its own."""
+
+    def forward(self, x):
+        return torch.log(torch.signbit(x).to(torch.float32))
+
+
+def test_signbit_passes_its_operand_a_gradient_as_a_comparison_with_zero_does():
+    torch.manual_seed(0)
+    inputs = (torch.randn(64),)
+    res = ValueSearch(seed=0, budget_ms=20000.0, max_iters=60).run(LogOfSignbit(), inputs)
+    assert_repaired(LogOfSignbit(), inputs, res)
     assert res.method == "gradient"
