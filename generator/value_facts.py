@@ -31,8 +31,9 @@ _SELF_CANCELLED_VALUE = {"sub": 0.0, "fmod": 0.0, "remainder": 0.0, "bitwise_xor
                          "eq": 1.0, "ne": 0.0, "gt": 0.0, "ge": 1.0, "lt": 0.0, "le": 1.0, "isclose": 1.0}
 # Ops that return one input's values unchanged (same shape, same order): the engine tracks such
 # aliases, so that fmod(x, positive(x)) cancels like fmod(x, x). Dropout specs are eval-mode only.
-_IDENTITY = frozenset({"positive", "contiguous", "dropout"})
-_SAME_OF_TWO = frozenset({"maximum", "minimum", "fmax", "fmin"})  # op(x, x) is x
+# (nan_to_num too: value search makes every intermediate finite, where it changes nothing)
+_IDENTITY = frozenset({"positive", "contiguous", "dropout", "nan_to_num"})
+_SAME_OF_TWO = frozenset({"maximum", "minimum", "fmax", "fmin", "nextafter"})  # op(x, x) is x
 
 
 # -- value facts ---------------------------------------------------------------------------
@@ -800,7 +801,7 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = None
         elif name.startswith("to_") or name == "type_as":
             f = ins[0] if is_float(dt) else None if dt == "bool" else _cast_to_int_facts(ins[0], dt)
-        elif name in _REARRANGE:
+        elif name in _REARRANGE or name == "nan_to_num":
             f = ins[0]
         elif name in _SUBSET:
             f = _subset_facts(op, pos, ins[0])
@@ -819,8 +820,10 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(0.0, 0.0, integral=True, zero=True)  # the spread of one repeated value
         elif name == "std_var" and pos == 0:
             f = Facts(0.0, INF)
-        elif (name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX) and same_operands:
-            f = ins[0]  # min(x, x) is x
+        elif name in _SAME_OF_TWO and same_operands:
+            f = ins[0]  # min(x, x) is x, and so is nextafter(x, x)
+        elif name in ("lp_pool1d", "lp_pool2d") and ins and ins[0].lo >= 0:
+            f = Facts(ins[0].lo, INF)  # (sum x ** p) ** (1 / p) is at least the window's largest x
         elif name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX:  # elementwise min/max: tighter than the hull
             f = _min_max_facts(name in ELEMENTWISE_MIN, ins)
         elif name == "gcd" and len(ins) == 2 and min(ins[0].lo, ins[1].lo) > _INT_RANGES.get(dt, (-INF,))[0]:
@@ -861,6 +864,9 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = _sum_facts(ins[0])
         elif name == "prod" or (name == "cumsum_cumprod" and op.attrs.get("fn") == "cumprod"):
             f = _product_facts(ins[0], dt)
+        elif name in ("logaddexp", "logaddexp2") and len(ins) == 2:  # between max(a, b) and that + ln 2 (+ 1)
+            top = max(ins[0].hi, ins[1].hi) + (math.log(2.0) if name == "logaddexp" else 1.0)
+            f = Facts(max(ins[0].lo, ins[1].lo), top + 1e-3 * abs(top) if math.isfinite(top) else INF)
         elif name == "logcumsumexp":  # at least each running maximum; the first equals its element
             g = ins[0]
             f = Facts(g.lo, INF, at_most=g.hi if math.isfinite(g.hi) else None)
@@ -1235,8 +1241,9 @@ def _bitwise_facts(op: OpSpec, ins: list[Facts]) -> Facts | None:
     if op.name == "bitwise_and":
         if all(neg):  # clearing bits: below both
             return Facts(-INF, min(x.hi, y.hi), integral=True)
-        if any(nonneg):
-            return Facts(0.0, min(g.hi for g in (x, y) if g.lo >= 0), integral=True)
+        if any(nonneg):  # (a 0 that one operand holds stays: tril(x) & 2)
+            zero = x.zero or (len(ins) == 2 and y.zero)  # 0 & y is 0
+            return Facts(0.0, min(g.hi for g in (x, y) if g.lo >= 0), integral=True, zero=zero)
         return None
     if op.name == "bitwise_or":
         if any(neg):  # setting bits: at least the negative operand, and still negative

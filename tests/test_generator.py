@@ -835,3 +835,31 @@ def test_a_logsumexp_over_two_elements_that_dooms_its_reader_is_solved_over_one(
     lse = out_of("logsumexp", out_of("sigmoid", out_of("exp", w)))  # >= 0.5 + ln n over n elements
     out_of("asin", lse)  # <= 1: only over one element
     assert gen.finish().graph.values[w].shape == [1]
+
+
+def test_zeros_survive_nan_to_num_and_bitwise_and():
+    from nnforge.generator.value_facts import Facts
+
+    tri = Facts(-16.0, 16.0, integral=True, zero=True)  # tril(x): some elements 0
+    _, same = _facts_through("nan_to_num", [("int16", 2)], [tri])  # identity on finite values
+    assert same.zero and _facts_through("lgamma", [("int16", 2)], [same])[0]
+    _, masked = _facts_through("bitwise_and", [("int16", 2)], [tri], scalar=2)
+    assert masked.zero and (masked.lo, masked.hi) == (0.0, 2.0)
+    assert _facts_through("lgamma", [("int16", 2)], [masked])[0]
+
+
+def test_lp_pools_of_values_at_least_one_stay_at_least_one():
+    from nnforge.generator.value_facts import Facts
+
+    _, pooled = _facts_through("lp_pool1d", [("float32", 3)], [Facts(1.0, math.inf)])  # cosh(x)
+    assert pooled.lo == 1.0 and _facts_through("atanh", [("float32", 3)], [pooled])[0]
+
+
+def test_logaddexp_is_at_least_the_larger_operand():
+    from nnforge.generator.value_facts import Facts
+
+    sig = [("float32", 2), ("float32", 2)]
+    _, both = _facts_through("logaddexp", sig, [Facts(0.0, math.inf), Facts(1.0, math.inf)])  # acosh, cosh
+    assert both.lo == 1.0 and _facts_through("atanh", [("float32", 2)], [both])[0]
+    _, small = _facts_through("logaddexp2", sig, [Facts(-1.0, 0.0), Facts(-2.0, -1.0)])
+    assert small.lo == -1.0 and 1.0 <= small.hi <= 1.01
