@@ -117,3 +117,29 @@ def test_a_reshape_split_with_a_one_between_its_halves_keeps_the_element_count()
     assert solver.check() == z3.sat
     solver.add(op.sizes[2] == 8)  # (3, 1, 8, 6) holds 144 elements, not 18
     assert solver.check() == z3.unsat
+
+
+def test_instance_norm_with_a_weight_is_never_built_over_an_empty_batch():
+    """F.instance_norm with weight and bias raises on a batch of 0 (torch 2.13); with every
+    placeholder allowed 0-size dims, no such program comes out."""
+    import torch
+
+    from nnforge.generator.engine import GeneratorConfig
+    from nnforge.generator.seeds import generate_case
+    from nnforge.oracle.program_loader import load_program, unload_program
+
+    affine = 0
+    for seed in range(120):
+        cfg = GeneratorConfig(n_nodes=1, seed=seed, ops=("instance_norm",), dtypes=("float32",),
+                              weight_prob=0.0, zero_size_prob=1.0)
+        case, gen = generate_case(cfg)
+        if not gen.graph.nodes:
+            continue
+        affine += gen.graph.nodes[0].attrs["layout"] in ("affine", "both")
+        module = load_program(case.program, name=f"inorm_{seed}")
+        try:
+            torch.manual_seed(seed)
+            module.Model()(*module.make_inputs())  # raises if built over an empty batch
+        finally:
+            unload_program(module)
+    assert affine >= 20, "too few instance norms with a weight to test anything"

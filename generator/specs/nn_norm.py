@@ -119,6 +119,10 @@ class InstanceNorm(OpSpec):
         cons = [c >= 1, c <= MAX_CHANNELS] + [p.shape[0] == c for p in inputs[1:]]
         if self.attrs["use_input_stats"]:
             cons.append(more_than_one_element(x.shape[2:]))
+        if self.attrs["layout"] in ("affine", "both"):
+            # eager raises on an empty batch when given a weight and bias (IndexError from
+            # select(): an eager bug, not the program's; torch 2.13)
+            cons.append(x.shape[0] >= 1)
         return cons
 
     def type_transfer(self, inputs):
