@@ -626,7 +626,7 @@ def _is_index_output(op: OpSpec, pos: int) -> bool:
 # Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
 # log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
 SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
-                          "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm"})
+                          "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm", "count_nonzero"})
 # Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
 # logsumexp: at least lo + ln n over n elements, though over one it is x itself).
 SIZED_OPS = SIZE_ONE_OPS | {"logsumexp"}
@@ -684,6 +684,8 @@ def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete, ins: list[Facts]) 
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
     if op.name == "layer_norm" and concrete.attrs.get("affine") != "bias" and len(op.in_sigs) < 3:
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)  # x - mean(x) over one element, scaled
+    if op.name == "count_nonzero":
+        return Facts(0.0, 1.0, integral=True)
     return None
 
 
@@ -736,6 +738,8 @@ def _sized_facts(op: OpSpec, pos: int, n: int, ins: list[Facts] = ()) -> Facts |
     <= 1/n (log_softmax one <= -ln n) and reaches 1 (0) only in saturation; a permutation of
     indices holds n - 1; any index is below n; a logsumexp is at least lo + ln n (all elements
     at lo) and at most hi + ln n."""
+    if op.name == "count_nonzero" and n >= 0:
+        return Facts(0.0, float(n), integral=True)
     if n < 2:
         return None
     if op.name == "logsumexp" and ins:

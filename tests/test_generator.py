@@ -863,3 +863,18 @@ def test_logaddexp_is_at_least_the_larger_operand():
     assert both.lo == 1.0 and _facts_through("atanh", [("float32", 2)], [both])[0]
     _, small = _facts_through("logaddexp2", sig, [Facts(-1.0, 0.0), Facts(-2.0, -1.0)])
     assert small.lo == -1.0 and 1.0 <= small.hi <= 1.01
+
+
+def test_a_count_of_nonzeros_is_at_most_the_extent_it_counts_along():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Concrete, Facts, hopeless, value_facts
+
+    op = spec_instance("count_nonzero", [("int32", 2)], "c")
+    op.attrs["dim"] = 1
+    ints = Facts(-16.0, 16.0, integral=True)
+    one = value_facts(op, [ints], ["int64"], False, concrete=Concrete(((16, 1),), op.attrs))[0]
+    assert (one.lo, one.hi, one.fixed) == (0.0, 1.0, False)  # along one element: 0 or 1
+    lgamma = spec_instance("lgamma", [("int64", 2)], "g")
+    assert hopeless(lgamma, [one])  # needs every count at exactly 1
+    four = value_facts(op, [ints], ["int64"], False, concrete=Concrete(((16, 4),), op.attrs))[0]
+    assert (four.lo, four.hi) == (0.0, 4.0) and not hopeless(lgamma, [four])
