@@ -132,6 +132,9 @@ _WATCHDOG = _Watchdog()
 _TENTATIVE = -1  # the id an op's result has while the generator weighs inserting it
 _FAR = 16.0  # chain bounds on a float root beyond this are left alone (see `_within_chain`)
 _UNIONS = frozenset({"cat", "stack"})  # results holding every element of every operand
+# Reductions that have a value over no elements at all (none that a domain of the op itself
+# rules out), and that value.
+_EMPTY_REDUCTION = {"sum": 0.0, "nansum": 0.0, "count_nonzero": 0.0, "vector_norm": 0.0, "prod": 1.0}
 
 
 @functools.lru_cache(maxsize=None)
@@ -491,10 +494,17 @@ class GraphGenerator:
         some extent feeding it (none where no such extent can change): a size-1 extent grows; one
         of 3 or more that a softmax or a permutation works along (asin of log_softmax over 3
         elements, acos of argsort indices) shrinks to 2; a triangle whose zeros doom it (log of a
-        tril) keeps its whole matrix."""
+        tril) keeps its whole matrix; a sum over an empty operand (0: rsqrt of it) gets one."""
         # node id -> (solved attrs, axes (None: a triangle), shape)
         ones: dict[int, tuple[dict, list[int] | None, tuple[int, ...]]] = {}
+        empties: dict[int, list[z3.ArithRef]] = {}  # node id -> the operand's dims solved to 0
         for n in self.nodes:
+            if n.spec.name in _EMPTY_REDUCTION:  # a sum over no elements: 0, whatever the values
+                shape = self.vals[n.inputs[0]].t.shape
+                solved = self.vals[n.inputs[0]].t.concretise(model)
+                if 0 in solved and all(0 not in self.vals[o].t.concretise(model) for o in n.outputs):
+                    empties[n.id] = [d for d, v in zip(shape, solved) if v == 0 and not isinstance(d, int)]
+                    continue
             if n.spec.name == "tril_triu":  # whether it zeroes anything shows only at solved sizes
                 attrs = _solved_attrs(n.spec, model)
                 shape = tuple(self.vals[n.inputs[0]].t.concretise(model))
@@ -509,7 +519,7 @@ class GraphGenerator:
             size_one = n.spec.name in SIZE_ONE_OPS and axes is not None and all(shape[ax] == 1 for ax in axes)
             if axes is not None and (size_one or shrinks_help(n.spec, attrs, shape)):
                 ones[n.id] = (attrs, axes, shape)
-        if not ones:
+        if not ones and not empties:
             return []
         facts: dict[int, Facts] = {}
         made_by: dict[int, _Node] = {}
@@ -520,7 +530,12 @@ class GraphGenerator:
                 doomed.append(n)
             concrete = Concrete((ones[n.id][2],), ones[n.id][0]) if n.id in ones else None
             dts = [self.vals[o].t.dtype for o in n.outputs]
-            facts.update(zip(n.outputs, self._node_facts(n.spec, n.inputs, ins, dts, concrete)))
+            if n.id in empties:
+                v = _EMPTY_REDUCTION[n.spec.name]
+                made = [Facts(v, v, integral=True, zero=v == 0, fixed=True)] * len(n.outputs)
+            else:
+                made = self._node_facts(n.spec, n.inputs, ins, dts, concrete)
+            facts.update(zip(n.outputs, made))
             made_by.update((o, n) for o in n.outputs)
         wants: list[z3.BoolRef] = []
         for d in doomed:
@@ -533,6 +548,8 @@ class GraphGenerator:
                     continue
                 seen.add(n.id)
                 stack.extend(n.inputs)
+                if n.id in empties and empties[n.id]:
+                    lifts.append(z3.And([d >= 1 for d in empties[n.id]]))
                 if n.id in ones:
                     _, axes, shape = ones[n.id]
                     if axes is None:

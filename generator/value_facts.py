@@ -978,6 +978,10 @@ _UNKNOWN = object()
 def _point_image(op: OpSpec, p: float, dtype: str) -> Any:
     """What elementwise `op` makes of the single value p: a float, None where it is non-finite
     (a point outside a vulnerable op's domain), `_UNKNOWN` where the facts do not pin it."""
+    eps = _number(op.attrs.get("eps"), math.nan) if op.name == "logit" else math.nan
+    if 0 < eps < 0.5:  # logit clamped into [eps, 1 - eps] first: finite everywhere
+        q = min(max(p, eps), 1.0 - eps)
+        return math.log(q / (1.0 - q))
     if op.name in _DOMAIN and not _in_domain(op.name, p):
         return None
     g = Facts(p, p, integral=float(p).is_integer())
@@ -995,9 +999,10 @@ def _through_points(op: OpSpec, g: Facts, f: Facts, dtype: str) -> Facts:
         if vals and len(vals) <= _MAX_VALUES and f.lo <= vals[0] and vals[-1] <= f.hi:
             f = replace(f, lo=vals[0], hi=vals[-1], values=tuple(vals), lo_limit=f.lo_limit and f.lo == vals[0],
                         hi_limit=f.hi_limit and f.hi == vals[-1])
-    if g.holds is not None and f.holds is None:
-        h = _point_image(op, g.holds, dtype)
-        if h is not None and h is not _UNKNOWN:
+    held = g.holds if g.holds is not None else 0.0 if g.zero else None  # (a 0 of tril(x) is held too)
+    if held is not None and f.holds is None:
+        h = _point_image(op, held, dtype)
+        if h is not None and h is not _UNKNOWN and not (h == 0 and f.zero):
             f = replace(f, holds=h)
     return f
 

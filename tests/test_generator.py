@@ -305,7 +305,9 @@ def test_ops_along_a_solved_dim_of_size_one_do_not_doom_a_vulnerable_op():
         gen.rng.seed(len(gen.nodes))
         assert gen.insert_forward(ops["sort"], [i])
     axis = gen.nodes[-1].spec.attrs["dim"] % 2
-    assert gen.insert_forward(ops["atanh"], [out_of("cos", gen.nodes[-1].outputs[0])])  # argsort: 0, cos: 1
+    # argsort along one element is 0: sin of it a constant, a vulnerable op's operand that no
+    # input moves (cos would not do: argsort always holds a 0, and atanh(cos(0)) is inf)
+    assert gen.insert_forward(ops["atanh"], [out_of("sin", gen.nodes[-1].outputs[0])])
     # over a rank-0 value the size is known before solving: the op is not built at all
     s = gen.add_placeholder(("float32", 0))
     assert not gen.insert_forward(ops["reciprocal"], [out_of("log_softmax", s)])
@@ -878,3 +880,27 @@ def test_a_count_of_nonzeros_is_at_most_the_extent_it_counts_along():
     assert hopeless(lgamma, [one])  # needs every count at exactly 1
     four = value_facts(op, [ints], ["int64"], False, concrete=Concrete(((16, 4),), op.attrs))[0]
     assert (four.lo, four.hi) == (0.0, 4.0) and not hopeless(lgamma, [four])
+
+
+def test_a_zero_held_maps_to_the_value_an_op_makes_of_it():
+    from nnforge.generator.value_facts import Facts
+
+    tri = Facts(0.0, 1.0, zero=True)  # tril of values in [0, 1]
+    _, clamped = _facts_through("logit", [("float32", 2)], [tri], eps=1e-6)  # logit(1e-6) where 0
+    assert clamped.holds is not None and clamped.holds < -13
+    assert _facts_through("log", [("float32", 2)], [clamped])[0]
+    _, exped = _facts_through("exp", [("float32", 2)], [tri])
+    assert exped.holds == 1.0 and not _facts_through("log", [("float32", 2)], [exped])[0]
+
+
+def test_a_sum_over_an_empty_operand_that_dooms_its_reader_gets_elements():
+    from nnforge.generator.spec import all_ops
+
+    ops = all_ops()
+    gen = GraphGenerator(GeneratorConfig(n_nodes=1, seed=0, zero_size_prob=1.0))
+    x = gen.add_placeholder(("float32", 1), bin_now=False)
+    assert gen.insert_forward(ops["sum"], [x])
+    total = gen.nodes[-1].outputs[0]
+    assert gen.insert_forward(ops["rsqrt"], [total])  # rsqrt(0) is inf
+    assert gen._check_push([gen.vals[x].t.shape[0] == 0], is_bin=True)  # a bucket, as binning would
+    assert gen.finish().graph.values[x].shape[0] >= 1
