@@ -41,6 +41,7 @@ STRAIGHT_THROUGH = frozenset(
         "floor", "ceil", "round", "trunc", "fix", "sign", "sgn", "relu", "relu6", "hardtanh",
         "clamp", "clamp_min", "clamp_max", "threshold", "hardsigmoid", "hardswish", "heaviside",
         "nan_to_num", "floor_divide", "softshrink", "hardshrink", "rrelu",
+        "nextafter",  # x one ulp towards y: autograd gives it no slope at all
         # No gradient by construction; a search through them still has to reach what they read.
         "detach", "detach_copy",
     }
@@ -210,7 +211,8 @@ PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | 
 # that a culprit downstream can still pull their operand the right way.
 MONOTONE_FLAT = frozenset(
     {"tanhshrink", "tanh", "sigmoid", "erf", "softsign", "elu", "celu", "selu", "logsigmoid", "softplus",
-     "atan", "hardtanh", "hardsigmoid", "relu6"}
+     "atan", "hardtanh", "hardsigmoid", "relu6",
+     "logit"}  # with eps, flat outside [eps, 1 - eps], where it clamps its operand
 )
 # The size of that identity gradient (relative to the operator's own, which is at most ~1).
 GRADIENT_FLOOR = 1e-2

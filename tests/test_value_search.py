@@ -986,3 +986,18 @@ def test_signbit_passes_its_operand_a_gradient_as_a_comparison_with_zero_does():
     res = ValueSearch(seed=0, budget_ms=20000.0, max_iters=60).run(LogOfSignbit(), inputs)
     assert_repaired(LogOfSignbit(), inputs, res)
     assert res.method == "gradient"
+
+
+class OpsWithoutSlopes(nn.Module):
+    """nextafter has a zero derivative, and logit with eps is flat where it clamps (x > 1 - eps):
+    acosh needs nextafter(log10(x), .) >= 1, asin needs logit(y, eps) <= 1."""
+
+    def forward(self, x, y):
+        return torch.acosh(torch.nextafter(torch.log10(x), x)), torch.asin(torch.logit(y, eps=1e-3))
+
+
+def test_ops_with_no_slope_of_their_own_still_lead_to_their_operand():
+    inputs = (torch.full((5,), 2.0, dtype=torch.float64), torch.full((5,), 3.0))
+    res = ValueSearch(seed=0, budget_ms=20000.0, max_iters=200).run(OpsWithoutSlopes(), inputs)
+    assert_repaired(OpsWithoutSlopes(), inputs, res)
+    assert res.method == "gradient"
