@@ -826,6 +826,9 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
             f = Facts(0.0, INF)
         elif name in _SAME_OF_TWO and same_operands:
             f = ins[0]  # min(x, x) is x, and so is nextafter(x, x)
+        elif name in ("addmm", "baddbmm") and _number(op.attrs.get("alpha"), 1.0) == 0:
+            beta = _number(op.attrs.get("beta"), 1.0)  # beta * input + 0 * (m1 @ m2); beta 0 ignores the input
+            f = Facts(0.0, 0.0, integral=True, zero=True) if beta == 0 else _scalar_facts(_ScalarOp("mul", {"scalar": beta}), ins[0])
         elif name in ("lp_pool1d", "lp_pool2d") and ins and ins[0].lo >= 0:
             f = Facts(ins[0].lo, INF)  # (sum x ** p) ** (1 / p) is at least the window's largest x
         elif name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX:  # elementwise min/max: tighter than the hull

@@ -904,3 +904,14 @@ def test_a_sum_over_an_empty_operand_that_dooms_its_reader_gets_elements():
     assert gen.insert_forward(ops["rsqrt"], [total])  # rsqrt(0) is inf
     assert gen._check_push([gen.vals[x].t.shape[0] == 0], is_bin=True)  # a bucket, as binning would
     assert gen.finish().graph.values[x].shape[0] >= 1
+
+
+def test_an_addmm_with_alpha_zero_is_its_scaled_input():
+    from nnforge.generator.value_facts import Facts
+
+    sigs = [("int8", 2), ("int8", 2), ("int8", 2)]
+    ints = Facts(-16.0, 16.0, integral=True)
+    doomed_none, zero = _facts_through("addmm", sigs, [ints] * 3, alpha=0, beta=0)
+    assert (zero.lo, zero.hi) == (0.0, 0.0) and _facts_through("lgamma", [("int8", 2)], [zero])[0]
+    _, halved = _facts_through("addmm", [("float32", 2)] * 3, [Facts(2.0, 4.0)] * 3, alpha=0.0, beta=0.5)
+    assert (halved.lo, halved.hi) == (1.0, 2.0)
