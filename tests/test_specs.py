@@ -76,28 +76,37 @@ def test_layout_sensitive_ops_accept_any_strided_input():
     assert torch.equal(eval(call, {"torch": torch, "x": x, "i": i}), x.reshape(-1)[i])
 
 
-def test_pairwise_max_distance_is_never_built_over_an_empty_last_dim():
-    """p=inf is a max over the last dim: eager raises on an empty one (no identity), whatever
-    the values; with every placeholder allowed 0-size dims, no such program comes out."""
+def _run_one_op_programs_with_empty_dims(op: str, seeds: int) -> list[dict]:
+    """Generates one-node programs of `op` whose placeholders may all have 0-size dims, runs each
+    eagerly (raising where the spec let an invalid program through) and returns the nodes' attrs."""
     import torch
 
     from nnforge.generator.engine import GeneratorConfig
     from nnforge.generator.seeds import generate_case
     from nnforge.oracle.program_loader import load_program, unload_program
 
-    max_norms = 0
-    for seed in range(80):
-        cfg = GeneratorConfig(n_nodes=1, seed=seed, ops=("pairwise_distance",), dtypes=("float32",),
-                              weight_prob=0.0, zero_size_prob=1.0)
+    built = []
+    for seed in range(seeds):
+        cfg = GeneratorConfig(n_nodes=1, seed=seed, ops=(op,), dtypes=("float32",), weight_prob=0.0,
+                              zero_size_prob=1.0)
         case, gen = generate_case(cfg)
-        max_norms += gen.graph.nodes[0].attrs["p"] == float("inf")
-        module = load_program(case.program, name=f"pdist_{seed}")
+        if not gen.graph.nodes:
+            continue
+        built.append(gen.graph.nodes[0].attrs)
+        module = load_program(case.program, name=f"{op}_{seed}")
         try:
             torch.manual_seed(seed)
-            module.Model()(*module.make_inputs())  # raises if built over an empty dim
+            module.Model()(*module.make_inputs())
         finally:
             unload_program(module)
-    assert max_norms >= 8, "too few max-distance programs to test anything"
+    return built
+
+
+def test_pairwise_max_distance_is_never_built_over_an_empty_last_dim():
+    """p=inf is a max over the last dim: eager raises on an empty one (no identity), whatever
+    the values."""
+    built = _run_one_op_programs_with_empty_dims("pairwise_distance", 80)
+    assert sum(a["p"] == float("inf") for a in built) >= 8, "too few max-distance programs to test anything"
 
 
 def test_a_reshape_split_with_a_one_between_its_halves_keeps_the_element_count():
@@ -120,26 +129,6 @@ def test_a_reshape_split_with_a_one_between_its_halves_keeps_the_element_count()
 
 
 def test_instance_norm_with_a_weight_is_never_built_over_an_empty_batch():
-    """F.instance_norm with weight and bias raises on a batch of 0 (torch 2.13); with every
-    placeholder allowed 0-size dims, no such program comes out."""
-    import torch
-
-    from nnforge.generator.engine import GeneratorConfig
-    from nnforge.generator.seeds import generate_case
-    from nnforge.oracle.program_loader import load_program, unload_program
-
-    affine = 0
-    for seed in range(120):
-        cfg = GeneratorConfig(n_nodes=1, seed=seed, ops=("instance_norm",), dtypes=("float32",),
-                              weight_prob=0.0, zero_size_prob=1.0)
-        case, gen = generate_case(cfg)
-        if not gen.graph.nodes:
-            continue
-        affine += gen.graph.nodes[0].attrs["layout"] in ("affine", "both")
-        module = load_program(case.program, name=f"inorm_{seed}")
-        try:
-            torch.manual_seed(seed)
-            module.Model()(*module.make_inputs())  # raises if built over an empty batch
-        finally:
-            unload_program(module)
-    assert affine >= 20, "too few instance norms with a weight to test anything"
+    """F.instance_norm with weight and bias raises on a batch of 0 (torch 2.13)."""
+    built = _run_one_op_programs_with_empty_dims("instance_norm", 120)
+    assert sum(a["layout"] in ("affine", "both") for a in built) >= 20, "too few with a weight to test anything"
