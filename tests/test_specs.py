@@ -132,3 +132,22 @@ def test_instance_norm_with_a_weight_is_never_built_over_an_empty_batch():
     """F.instance_norm with weight and bias raises on a batch of 0 (torch 2.13)."""
     built = _run_one_op_programs_with_empty_dims("instance_norm", 120)
     assert sum(a["layout"] in ("affine", "both") for a in built) >= 20, "too few with a weight to test anything"
+
+
+def test_layout_picky_ops_get_operands_they_accept():
+    """Eager rejects a channels_last_3d input to pixel_shuffle/unshuffle and an expanded running
+    mean to instance_norm (which updates it in place), whatever the values: the specs copy."""
+    import torch
+    import torch.nn.functional as F
+
+    from nnforge.generator.materialize import spec_instance
+
+    x5 = torch.randn(1, 4, 1, 4, 2).contiguous(memory_format=torch.channels_last_3d)
+    for name in ("pixel_shuffle", "pixel_unshuffle"):
+        op = spec_instance(name, [("float32", 5)], "p")
+        op.attrs["factor"] = 1
+        assert eval(op.materialize(["x"], op.attrs, [list(x5.shape)]), {"F": F, "x": x5}).shape == x5.shape
+    op = spec_instance("instance_norm", [("float32", 3), ("float32", 1), ("float32", 1)], "n")
+    op.attrs.update(layout="stats", use_input_stats=True, momentum=0.5, eps=1e-3)
+    env = {"F": F, "x": torch.randn(2, 5, 3), "rm": torch.zeros(()).expand(5), "rv": torch.ones(()).expand(5)}
+    assert eval(op.materialize(["x", "rm", "rv"], op.attrs, [[2, 5, 3], [5], [5]]), env).shape == (2, 5, 3)

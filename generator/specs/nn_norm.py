@@ -138,7 +138,8 @@ class InstanceNorm(OpSpec):
         layout = a["layout"]
         rm = rv = w = b = "None"
         if layout == "stats" or layout == "both":
-            rm, rv = f"{ins[1]}.detach()", f"{ins[2]}.detach()"
+            # (updated in place: eager raises on an expanded view, where batch_norm copes)
+            rm, rv = f"{ins[1]}.detach().contiguous()", f"{ins[2]}.detach().contiguous()"
         if layout == "affine":
             w, b = ins[1], ins[2]
         if layout == "both":

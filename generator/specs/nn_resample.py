@@ -125,8 +125,13 @@ class PixelShuffle(OpSpec):
         return [AbsTensor(x.dtype, list(s[:-3]) + [div_small(s[-3], mul_small(r, r)), mul_small(s[-2], r),
                                                    mul_small(s[-1], r)])]
 
+    def _operand(self, x: str) -> str:
+        # eager rejects a channels_last_3d 5-d input ("Unsupported memory format"), though a
+        # contiguous one works: an eager bug (torch 2.13), so such inputs get a copy first
+        return f"{x}.contiguous()" if self.in_sigs[0][1] == 5 else x
+
     def materialize(self, ins, a, in_shapes):
-        return f"F.pixel_shuffle({ins[0]}, {a['factor']})"
+        return f"F.pixel_shuffle({self._operand(ins[0])}, {a['factor']})"
 
     def exports_onnx(self, a, in_sigs):
         return in_sigs[0][1] == 4 and in_sigs[0][0] in ("float32", "float64")
@@ -149,4 +154,4 @@ class PixelUnshuffle(PixelShuffle):
                                                    div_small(s[-1], r)])]
 
     def materialize(self, ins, a, in_shapes):
-        return f"F.pixel_unshuffle({ins[0]}, {a['factor']})"
+        return f"F.pixel_unshuffle({self._operand(ins[0])}, {a['factor']})"
