@@ -629,7 +629,7 @@ SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "ma
                           "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm", "count_nonzero"})
 # Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
 # logsumexp: at least lo + ln n over n elements, though over one it is x itself).
-SIZED_OPS = SIZE_ONE_OPS | {"logsumexp"}
+SIZED_OPS = SIZE_ONE_OPS | {"logsumexp", "normalize"}
 
 
 @dataclass(frozen=True)
@@ -705,12 +705,14 @@ def shrinks_help(op: OpSpec, attrs: Mapping[str, Any], shape: tuple[int, ...]) -
     """Whether `op` (softmax, log_softmax, logsumexp, a permutation of indices) works along 3 or
     more elements at solved sizes, where what it holds (a probability <= 1/n, the index n - 1) or
     its least value (lo + ln n) grows out of reach of some domains as n grows; or a logsumexp
-    along 2 (over one element it is its operand: asin(logsumexp(sigmoid(x))) needs that).
+    along 2 (over one element it is its operand: asin(logsumexp(sigmoid(x))) needs that), or a
+    normalize (over one element it is sign(x): acosh(normalize(x)) needs that)).
     (Over one element the others are constants, which no vulnerable reader is given.)"""
-    if op.name not in ("softmax", "log_softmax", "logsumexp") and not any(_is_permutation(op, pos) for pos in (0, 1)):
+    if op.name not in ("softmax", "log_softmax", "logsumexp", "normalize") and not any(
+            _is_permutation(op, pos) for pos in (0, 1)):
         return False
     n = extent(op, Concrete((shape,), attrs))
-    return n is not None and (n >= 3 or (n == 2 and op.name == "logsumexp"))
+    return n is not None and (n >= 3 or (n == 2 and op.name in ("logsumexp", "normalize")))
 
 
 def triangle_drops(op: OpSpec, concrete: Concrete | None) -> bool:
@@ -742,6 +744,10 @@ def _sized_facts(op: OpSpec, pos: int, n: int, ins: list[Facts] = ()) -> Facts |
         return Facts(0.0, float(n), integral=True)
     if n < 2:
         return None
+    if op.name == "normalize" and ins:  # the least |x_i| is at most n ** (-1 / p) of the p-norm
+        p = _number(op.attrs.get("p"), 2.0)
+        f = _normalize_facts(op, ins[0])
+        return replace(f, at_most=n ** (-1.0 / p)) if 0 < p < INF else f
     if op.name == "logsumexp" and ins:
         g, ln_n = ins[0], math.log(n)
         lo = g.lo + ln_n - 1e-6 * (1 + abs(g.lo + ln_n)) if g.lo > -INF else -INF  # rounding room
@@ -1522,7 +1528,8 @@ def _negative_power_sum(op: type[OpSpec] | OpSpec, f: Facts) -> bool:
         return False
     if not float(p).is_integer():
         return _negative_somewhere(f)
-    return p % 2 == 1 and f.hi < 0
+    # (an odd p over values <= 0 that hold one below 0, log_softmax's: a window sums below 0)
+    return p % 2 == 1 and (f.hi < 0 or (f.hi <= 0 and (f.hi_limit or f.negative)))
 
 
 def _xlogy_of_bits(ins: list[Facts]) -> bool:

@@ -915,3 +915,26 @@ def test_an_addmm_with_alpha_zero_is_its_scaled_input():
     assert (zero.lo, zero.hi) == (0.0, 0.0) and _facts_through("lgamma", [("int8", 2)], [zero])[0]
     _, halved = _facts_through("addmm", [("float32", 2)] * 3, [Facts(2.0, 4.0)] * 3, alpha=0.0, beta=0.5)
     assert (halved.lo, halved.hi) == (1.0, 2.0)
+
+
+def test_a_normalized_vector_of_several_elements_holds_a_small_one():
+    from nnforge.generator.materialize import spec_instance
+    from nnforge.generator.value_facts import Concrete, Facts, hopeless, shrinks_help, value_facts
+
+    op = spec_instance("normalize", [("float32", 2)], "n")
+    op.attrs.update(dim=1, p=2.0, eps=1e-12)
+    x = Facts(continuous=True)
+    four = value_facts(op, [x], ["float32"], False, concrete=Concrete(((3, 4),), op.attrs))[0]
+    assert four.at_most == 0.5  # the least |x_i| is at most ||x|| / sqrt(4)
+    acosh = spec_instance("acosh", [("float32", 2)], "a")
+    assert hopeless(acosh, [four]) and shrinks_help(op, op.attrs, (3, 2))  # over 1: sign(x), 1 may do
+    one = value_facts(op, [x], ["float32"], False, concrete=Concrete(((3, 1),), op.attrs))[0]
+    assert not hopeless(acosh, [one])
+
+
+def test_odd_powers_of_values_below_zero_are_not_pooled():
+    from nnforge.generator.value_facts import Facts
+
+    log_probs = Facts(-math.inf, 0.0, hi_limit=True, negative=True)  # log_softmax over 2 or more
+    assert _facts_through("lp_pool1d", [("float32", 3)], [log_probs], norm_type=3.0)[0]  # a cube sum < 0
+    assert not _facts_through("lp_pool1d", [("float32", 3)], [log_probs], norm_type=2.0)[0]
