@@ -43,9 +43,11 @@ def _generate(args: tuple[int, int]) -> tuple[str, list]:
     return case.program, [c.to_json() for c in case.calls]
 
 
-def programs(nodes: int, count: int, seed0: int, hung: list[int]) -> Iterator[tuple[int, str, list]]:
+def programs(nodes: int, count: int, seed0: int, hung: list[int],
+             broken: list[int] | None = None) -> Iterator[tuple[int, str, list]]:
     """(seed, program, calls) for seeds seed0 .. seed0+count-1, each generated in a child
-    process: a solver query that never returns costs that one seed (noted in `hung`), not the run."""
+    process: a solver query that never returns costs that one seed (noted in `hung`), not the
+    run; so does a generator error (noted in `broken`, with its message on stderr)."""
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(1)
     try:
@@ -57,6 +59,11 @@ def programs(nodes: int, count: int, seed0: int, hung: list[int]) -> Iterator[tu
                 hung.append(seed)
                 pool.terminate()
                 pool = ctx.Pool(1)
+                continue
+            except Exception as e:  # a generator bug: report it, measure the rest
+                print(f"  generator failed on seed {seed}: {type(e).__name__}: {e}", file=sys.stderr)
+                if broken is not None:
+                    broken.append(seed)
                 continue
             yield seed, program, calls
     finally:
@@ -82,7 +89,8 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     culprits: dict[str, int] = {}
     failures: dict[str, dict[str, int]] = {}
     hung: list[int] = []
-    for k, (seed, program, calls) in enumerate(programs(nodes, count, seed0, hung)):
+    broken: list[int] = []
+    for k, (seed, program, calls) in enumerate(programs(nodes, count, seed0, hung, broken)):
         if k and k % 50 == 0:
             print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [],
@@ -114,7 +122,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             failures[kind][op] = failures[kind].get(op, 0) + 1
     times.sort()
     return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
-            "crashed": crashed, "invalid": invalid, "generator_hung": hung, "median_ms": statistics.median(times) if times else 0.0,
+            "crashed": crashed, "invalid": invalid, "generator_hung": hung, "generator_failed": broken, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
             "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures}
 
@@ -153,7 +161,7 @@ def main() -> None:
         print(f"{r['nodes']:>5} {r['searched']:>8} {rate:>10.1f}% {r['needed']:>14} {rep:>9} {r['median_ms']:>10.2f} {r['p90_ms']:>8.2f}")
     for r, secs in rows:
         print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
-              f"generator hung on seeds {r['generator_hung']}, {secs:.0f} s; "
+              f"generator hung on seeds {r['generator_hung']}, failed on seeds {r['generator_failed']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
     if any(r["failures"] for r, _ in rows):
         print("\nfailure breakdown (class: programs; top operators):")

@@ -151,3 +151,18 @@ def test_layout_picky_ops_get_operands_they_accept():
     op.attrs.update(layout="stats", use_input_stats=True, momentum=0.5, eps=1e-3)
     env = {"F": F, "x": torch.randn(2, 5, 3), "rm": torch.zeros(()).expand(5), "rv": torch.ones(()).expand(5)}
     assert eval(op.materialize(["x", "rm", "rv"], op.attrs, [[2, 5, 3], [5], [5]]), env).shape == (2, 5, 3)
+
+
+def test_glu_halves_literal_dims_as_integers():
+    """A shape may hold a literal 1 (a keepdim reduction's); halving it must stay a z3 Int, or
+    a second glu's `% 2` raises (`Z3 integer expression expected`) and generation stops."""
+    import z3
+
+    from nnforge.generator.abstract import AbsTensor
+    from nnforge.generator.materialize import spec_instance
+
+    op = spec_instance("glu", [("float32", 2)], "g")
+    out = op.type_transfer([AbsTensor("float32", [z3.Int("a"), 1])])[0]
+    assert all(z3.is_int(d) for d in out.shape)
+    again = spec_instance("glu", [("float32", 2)], "h")
+    assert again.requires([out])  # builds its constraints on the halved shape

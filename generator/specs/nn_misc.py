@@ -232,7 +232,9 @@ class Glu(OpSpec):
     def type_transfer(self, inputs):
         x = inputs[0]
         d = norm_dim(self.dim, x.rank)
-        return [AbsTensor(x.dtype, [z3.If(d == i, s / 2, s) for i, s in enumerate(x.shape)])]
+        # (a literal dim halves as a z3 Int: 1 / 2 in Python is 0.5, which made the shape Real)
+        halves = [z3.IntVal(s) / 2 if isinstance(s, int) else s / 2 for s in x.shape]
+        return [AbsTensor(x.dtype, [z3.If(d == i, h, s) for i, (h, s) in enumerate(zip(halves, x.shape))])]
 
     @classmethod
     def deduct_inputs(cls, out, rng):
