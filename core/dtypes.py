@@ -31,14 +31,28 @@ def from_torch(dtype) -> str:
 
 
 # Integer program inputs are drawn from these closed ranges (generator/materialize.py), and value
-# search's gradient moves an integer input as far as INT_SEARCH_WIDEN beyond the default range
-# (oracle/value_search.py `_int_reach`). The generator's value facts rely on both: an integer
-# input stays within its range widened by INT_SEARCH_WIDEN, and gets anywhere in it.
+# search's gradient moves an integer input as far as INT_SEARCH_WIDEN beyond them
+# (`int_search_range`, used by oracle/value_search.py `_int_reach`). The generator's value facts
+# rely on both: an integer input stays within that range, and gets anywhere in it.
 INPUT_INT_RANGES = {"uint8": (0, 15)}
 INPUT_INT_RANGE_DEFAULT = (-8, 8)
 INT_SEARCH_WIDEN = 8
 
 
+# The values each integer dtype holds.
+INT_DTYPE_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
+                    "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+
+
 def input_int_range(dtype: str) -> tuple[int, int]:
     """The closed range integer program inputs of `dtype` are drawn from."""
     return INPUT_INT_RANGES.get(dtype, INPUT_INT_RANGE_DEFAULT)
+
+
+def int_search_range(dtype: str) -> tuple[int, int]:
+    """The closed range an integer input of `dtype` may reach in value search, whatever its size:
+    its draw range widened by INT_SEARCH_WIDEN either way, within the dtype. Value search moves
+    inputs this far and the generator's value facts assume no more."""
+    lo, hi = input_int_range(dtype)
+    d_lo, d_hi = INT_DTYPE_RANGES[dtype]
+    return max(d_lo, lo - INT_SEARCH_WIDEN), min(d_hi, hi + INT_SEARCH_WIDEN)

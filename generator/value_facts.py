@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from nnforge.core.dtypes import INT_SEARCH_WIDEN, input_int_range, is_float
+from nnforge.core.dtypes import INT_DTYPE_RANGES, int_search_range, is_float
 from nnforge.generator.spec import OpSpec
 from nnforge.generator.specs.nn_arith import MAX_CHANNELS
 
@@ -76,19 +76,18 @@ class Facts:
 
 
 def placeholder_facts(dtype: str) -> Facts:
-    """Facts of a leaf value. Integer leaves are program inputs drawn from INPUT_INT_RANGE, and
-    value search keeps them within the range they span, widened by INT_SEARCH_WIDEN at most."""
+    """Facts of a leaf value. Integer leaves are program inputs, which value search moves
+    within `int_search_range` (core/dtypes.py)."""
     f = dtype_facts(dtype)
     if is_float(dtype):
         return replace(f, continuous=True)  # value search moves floats continuously, never onto 0
     if dtype == "bool":
         return f
-    lo, hi = input_int_range(dtype)
-    return Facts(max(f.lo, lo - INT_SEARCH_WIDEN), min(f.hi, hi + INT_SEARCH_WIDEN), integral=True)
+    lo, hi = int_search_range(dtype)
+    return Facts(lo, hi, integral=True)
 
 
-_INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
-               "int32": (-2**31, 2**31 - 1), "int64": (-2**63, 2**63 - 1)}
+_INT_RANGES = INT_DTYPE_RANGES
 
 
 def _cast_to_int_facts(f: Facts, dtype: str) -> Facts | None:
@@ -328,7 +327,7 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     elif name == "digamma" and f.lo >= 0 and f.hi <= 1:  # softmax, sigmoid: digamma below digamma(1)
         lo, hi = -INF, _DIGAMMA_1
     elif name == "abs":
-        lo, hi = (f.lo, f.hi) if f.lo >= 0 else (-f.hi, -f.lo) if f.hi <= 0 else (0.0, max(-f.lo, f.hi))
+        lo, hi = _abs_bounds(f)
     elif name == "threshold":
         th, val = _number(a["threshold"], math.nan), _number(a["value"], math.nan)
         if math.isnan(th) or math.isnan(val):
@@ -559,11 +558,16 @@ def _holds_nonpositive(g: Facts) -> bool:
     return g.nonpos or g.centered or g.negative or g.zero or (g.holds is not None and g.holds <= 0)
 
 
+def _abs_bounds(f: Facts) -> tuple[float, float]:
+    """Bounds on |x| for x within f's."""
+    return (f.lo, f.hi) if f.lo >= 0 else (-f.hi, -f.lo) if f.hi <= 0 else (0.0, max(-f.lo, f.hi))
+
+
 def _norm_facts(order: Any, g: Facts) -> Facts:
     """A vector norm is never negative; the max-norms (order +-inf) are the magnitude of one
     element (a whole number for whole operands: logit of one is hopeless), order 0 counts."""
     if isinstance(order, (int, float)) and abs(order) == INF:
-        lo, hi = (g.lo, g.hi) if g.lo >= 0 else (-g.hi, -g.lo) if g.hi <= 0 else (0.0, max(-g.lo, g.hi))
+        lo, hi = _abs_bounds(g)
         return Facts(lo, hi, integral=g.integral)
     return Facts(0.0, INF, integral=order == 0)
 
@@ -624,7 +628,8 @@ def _is_index_output(op: OpSpec, pos: int) -> bool:
 
 # -- facts known once shapes are solved ------------------------------------------------------
 # Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
-# log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0.
+# log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0;
+# and count_nonzero, which is then 0 or 1 (a reader that needs more grows the size too).
 SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
                           "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm", "count_nonzero"})
 # Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
@@ -670,7 +675,8 @@ def along_axes(op: OpSpec, attrs: Mapping[str, Any]) -> list[int] | None:
 
 def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete, ins: list[Facts]) -> Facts | None:
     """Facts of a SIZE_ONE_OPS result that the sizes it works along decide, or None: a constant
-    along extents of size 1; along n > 1 elements, what n alone guarantees (see `_sized_facts`)."""
+    along extents of size 1 (a count of 0 or 1 for count_nonzero); along n > 1 elements, what n
+    alone guarantees (see `_sized_facts`)."""
     n = extent(op, concrete)
     if n is None:
         return None

@@ -60,7 +60,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
-from nnforge.core.dtypes import INT_SEARCH_WIDEN, from_torch, input_int_range
+from nnforge.core.dtypes import INT_SEARCH_WIDEN, from_torch, int_search_range
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.safe_domain import (
     CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES, POLES,
@@ -1361,14 +1361,12 @@ def _int_bounds(x: torch.Tensor) -> tuple[int, int]:
 def _int_reach(x: torch.Tensor) -> tuple[int, int]:
     """The range a gradient may move an integer input's values in: its draw bounds
     (`_int_bounds`) widened to the range the generator's value facts count on, whatever the
-    input's size: the draw range of its dtype, INT_SEARCH_WIDEN further either way (within the
-    dtype). A scalar drawn as 3 must still get to -14 (softshrink(i // -7, 1) is non-zero only
-    there), and a [8, 16] input to -12 (expm1(i + 100) overflows above -12). Draws keep to the
-    narrower bounds."""
-    info = torch.iinfo(x.dtype)
+    input's size (`int_search_range`). A scalar drawn as 3 must still get to -14
+    (softshrink(i // -7, 1) is non-zero only there), and a [8, 16] input to -12 (expm1(i + 100)
+    overflows above -12). Draws keep to the narrower bounds."""
     lo, hi = _int_bounds(x)
-    d_lo, d_hi = input_int_range(from_torch(x.dtype))
-    return max(info.min, min(lo, d_lo - INT_SEARCH_WIDEN)), min(info.max, max(hi, d_hi + INT_SEARCH_WIDEN))
+    s_lo, s_hi = int_search_range(from_torch(x.dtype))
+    return min(lo, s_lo), max(hi, s_hi)
 
 
 # Sub-ranges an integer input is resampled from (None: the input's own bound), in order: all of
