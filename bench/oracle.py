@@ -6,8 +6,9 @@ failed (value_search.FAILURE_CLASSES: what the search saw at its last culprit, o
 draws show the op non-finite whatever the values, `diagnose`'s verdict). With --nnsmith, the
 same figures for nnsmith's own search on nnsmith's own programs, in its separate virtualenv.
 A program that eager PyTorch rejects whatever the values (a generator spec bug, or an eager
-one) is counted apart, as "eager-invalid", and left out of the success share. The search
-budget defaults to the product's (core/limits.py).
+one) is counted apart, as "eager-invalid", and left out of the success share; so is a seed
+the generator hangs or fails on (listed, with the error on stderr). The search budget
+defaults to the product's (core/limits.py).
 
     .venv/bin/python bench/oracle.py --count 300
     .venv/bin/python bench/oracle.py --count 200 --nnsmith
