@@ -1,0 +1,167 @@
+"""The campaign half of `bench/faults.py`: one campaign per planted fault, judged as a user would.
+
+Found means surfaced: a cluster in the campaign's table whose `repro.py`, run in a fresh process
+with a clean environment, exits 1 with the fault planted and 0 without. Everything else the
+fault caused is counted apart: findings whose case reruns as a bug with the fault and passes
+without, yet reached no surfaced cluster ("left out"). Those reruns use the case folder's own
+values (value search already chose them) in a warm worker pool per state, at most
+`--max-rerun` of them per campaign, picked evenly over the campaign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fault_hook
+from harness import REPRO_TIMEOUT_S, clean_env, nnforge_exe, planted, print_table
+
+
+@dataclass
+class FaultResult:
+    fault: fault_hook.Fault
+    campaign: Path
+    tests: int = 0
+    clusters: int = 0
+    found_clusters: list[str] = field(default_factory=list)
+    first_found_min: float | None = None
+    findings: int = 0
+    rerun: int = 0
+    triggered: int = 0  # of the reruns: bug with the fault, pass without
+    left_out: int = 0  # of those: in no surfaced cluster
+    note: str = ""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.found_clusters)
+
+    def row(self) -> tuple:
+        left = f"{self.left_out} of {self.triggered} triggered ({self.rerun}/{self.findings} rerun)"
+        first = "-" if self.first_found_min is None else f"{self.first_found_min:.1f}"
+        return (self.fault.name, self.fault.layer, "yes" if self.found else "no", first, self.tests,
+                f"{len(self.found_clusters)}/{self.clusters}", left, self.note)
+
+
+def run_repro(repro: Path, faults: list[str]) -> int:
+    """`python repro.py` in a fresh process and a temp cwd, the named faults planted."""
+    with planted(faults), tempfile.TemporaryDirectory() as cwd:
+        try:
+            p = subprocess.run([sys.executable, str(repro)], cwd=cwd, env=clean_env(), capture_output=True,
+                               text=True, timeout=REPRO_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return 124
+    return p.returncode
+
+
+def run_campaign(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> int:
+    targets = args.targets or fault.target
+    cmd = [nnforge_exe(), "campaign", "--budget", f"{args.minutes * 60:.0f}s", "--targets", targets,
+           "--workers", str(args.workers), "--llm", "none", "--seed", str(args.seed), "--plain", "-o", str(folder)]
+    log = folder.with_suffix(".log")
+    with planted([fault.name]), open(log, "w") as out:
+        p = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=clean_env())
+    return p.returncode
+
+
+def surfaced_clusters(folder: Path) -> tuple[list[tuple[str, float | None]], set[str]]:
+    """(cluster id, campaign seconds when first seen) of every cluster the summary lists."""
+    from nnforge.agent.report_data import load_view
+
+    view = load_view(folder / "store.sqlite", folder)
+    # a store that predates repro checks lists every cluster; a newer one only reproduced ones
+    checked = any(c.repro_status != "unchecked" for c in view.clusters)
+    rows = [(c.cluster_id, c.first_seen_s) for c in view.clusters if c.listed or not checked]
+    return rows, {cid for cid, _ in rows}
+
+
+def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], limit: int) -> tuple[int, int, int, int]:
+    """(findings, rerun, triggered, triggered outside `exclude` clusters)."""
+    from nnforge.core.testcase import TestCase
+    from nnforge.core.verdict import Symptom
+    from nnforge.oracle.oracle import Oracle
+    from nnforge.oracle.sandbox import WorkerPool
+
+    db = sqlite3.connect(folder / "store.sqlite")
+    rows = db.execute("SELECT case_folder, target, signature_digest FROM findings ORDER BY finding_id").fetchall()
+    db.close()
+    total = len(rows)
+    if len(rows) > limit:
+        step = len(rows) / limit
+        rows = [rows[int(i * step)] for i in range(limit)]
+    cases = []
+    for case_folder, target, digest in rows:
+        try:
+            cases.append((TestCase.load(case_folder), target, digest))
+        except Exception:
+            continue
+    verdicts: dict[bool, list[bool]] = {}
+    for on in (True, False):
+        with planted([fault.name] if on else []), WorkerPool(size=2, timeout_s=120) as pool:
+            bugs = []
+            for case, target, _ in cases:
+                r = Oracle(pool, [target]).check(case)
+                bugs.append(r.symptom not in (Symptom.PASS, Symptom.INVALID, Symptom.UNSUPPORTED))
+            verdicts[on] = bugs
+    triggered = [i for i in range(len(cases)) if verdicts[True][i] and not verdicts[False][i]]
+    left = [i for i in triggered if cases[i][2] not in exclude]
+    return total, len(cases), len(triggered), len(left)
+
+
+def judge(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> FaultResult:
+    res = FaultResult(fault, folder)
+    try:
+        db = sqlite3.connect(folder / "store.sqlite")
+        res.tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
+        db.close()
+    except sqlite3.Error as e:
+        res.note = f"no store: {e}"
+        return res
+    clusters, _ = surfaced_clusters(folder)
+    res.clusters = len(clusters)
+    for cid, first_s in sorted(clusters, key=lambda c: (c[1] is None, c[1] or 0.0)):
+        repro = folder / "findings" / cid / "repro.py"
+        if not repro.exists():
+            continue
+        if run_repro(repro, [fault.name]) == 1 and run_repro(repro, []) == 0:
+            res.found_clusters.append(cid)
+            if res.first_found_min is None and first_s is not None:
+                res.first_found_min = first_s / 60.0
+    res.findings, res.rerun, res.triggered, res.left_out = rerun_findings(
+        fault, folder, set(res.found_clusters), args.max_rerun)
+    if not res.found:
+        res.note = ("never triggered in the reruns" if res.triggered == 0 else "triggered but not surfaced")
+    return res
+
+
+def run_benchmark(faults: list[fault_hook.Fault], args: argparse.Namespace) -> int:
+    root = args.out or Path(tempfile.mkdtemp(prefix="nnforge-faults-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results = []
+    print(f"{len(faults)} fault(s), {args.minutes:g} min each, campaigns under {root}", flush=True)
+    for i, fault in enumerate(faults, 1):
+        folder = root / fault.name
+        if folder.exists():
+            shutil.rmtree(folder)
+        t0 = time.time()
+        print(f"[{i}/{len(faults)}] {fault.name} ({fault.layer}) on {args.targets or fault.target} ...", flush=True)
+        rc = run_campaign(fault, folder, args)
+        res = judge(fault, folder, args)
+        if rc != 0:
+            res.note = (res.note + f"; campaign exit {rc}").strip("; ")
+        results.append(res)
+        print(f"    found: {'yes' if res.found else 'no'}; {res.tests} tests; clusters {len(res.found_clusters)}/"
+              f"{res.clusters} show it; {time.time() - t0:.0f} s", flush=True)
+        (root / "results.json").write_text(json.dumps([r.row() for r in results], indent=1))
+    print_table(("fault", "layer", "found", "minutes to first", "tests", "clusters showing it",
+                 "findings left out", "note"), [r.row() for r in results])
+    found = sum(r.found for r in results)
+    print(f"\nrecall: {found}/{len(results)} faults found in {args.minutes:g} min each")
+    return 0
