@@ -94,6 +94,8 @@ class CampaignConfig:
     triage: bool = True
     triage_budget_s: float = 60.0  # per finding's reduction
     triage_max_queries: int = 60
+    triage_per_key: int = 2  # findings of one provisional key reduced; the rest attach
+    triage_reserve_s: float = 0.0  # end of the budget kept for triage while findings wait for a reduction
     executor: str = "local"
     address: str | None = None
     coverage: bool = False  # measure torch's compiler packages in the workers (slower tests)
@@ -210,22 +212,26 @@ def history_prior(folders: list[str]) -> dict[str, float]:
 
 # -- behaviour: what counts as new -------------------------------------------------------------------------------
 def behaviours_of(result: Any, case: TestCase) -> list[str]:
-    """Everything about a test that the scheduler rewards when it is new (see scheduler.py)."""
+    """Everything about a test that the scheduler rewards when it is new (see scheduler.py).
+
+    A bug counts by its provisional root-cause key, not by the program that carried it: the same
+    root cause in a new program earns its arm nothing."""
     out = []
     for v in result.verdicts:
         if v.is_bug:
-            out.append("sig:" + _signature_digest(v, case))
+            out.append("bug:" + root_cause_key(v, case))
         for reason in _compiler_notes(v, result):
             out.append(reason)
     return out
 
 
-def _signature_digest(v: Verdict, case: TestCase) -> str:
-    try:
-        from nnforge.triage.signature import signature_of
+def root_cause_key(v: Verdict, case: TestCase) -> str:
+    """The finding's provisional key (triage/rootcause.py); a coarse one if the program is unreadable."""
+    from nnforge.triage.rootcause import provisional_key
 
-        return signature_of(v, case).digest
-    except Exception:  # the triage helpers missing or the program unparsable: a coarse key
+    try:
+        return provisional_key(v, case)
+    except Exception:
         return "|".join(str(x) for x in (v.target, v.symptom.value, v.rung, v.exc_type))
 
 
@@ -254,6 +260,20 @@ def _normalise(text: str) -> str:
         return normalize_message(text)[:200]
     except Exception:
         return re.sub(r"\d+", "N", text)[:200]
+
+
+def write_reports(folder: Path, store: Any, log: Callable[[str], None] = lambda s: None) -> dict[str, str]:
+    """summary.md and report.html from the store; a writer that fails is reported, not raised."""
+    from nnforge.agent.report_html import write_report
+    from nnforge.agent.summary import write_summary
+
+    files = {}
+    for key, writer in (("summary", write_summary), ("report", write_report)):
+        try:
+            files[key] = str(writer(folder, store))
+        except Exception as e:
+            log(f"writing the {key} failed: {type(e).__name__}: {e}")
+    return files
 
 
 COVERAGE_FILE = "coverage.json"
@@ -542,7 +562,8 @@ class Campaign:
         finding_id = self.store.record_verdict(test, verdict, t_search=round(t_search, 4),
                                                t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
                                                elapsed_s=round(self.elapsed(), 2), novel=bool(new),
-                                               compiler=compiler_record(result, test.target))
+                                               compiler=compiler_record(result, test.target),
+                                               pkey=root_cause_key(verdict, case) if verdict.is_bug else None)
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
         if new:
@@ -625,19 +646,7 @@ class Campaign:
         self.display.update(snap, force=True)
 
     def _write_reports(self) -> dict[str, str]:
-        """The summary and HTML report, when their writers are installed; failures are reported, not raised."""
-        files = {}
-        for mod, func, key in (("nnforge.agent.summary", "write_summary", "summary"),
-                               ("nnforge.agent.report_html", "write_report", "report")):
-            try:
-                writer = getattr(__import__(mod, fromlist=[func]), func)
-            except (ImportError, AttributeError):
-                continue
-            try:
-                files[key] = str(writer(self.out, self.store))
-            except Exception as e:
-                self.display.event(f"{mod}.{func} failed: {type(e).__name__}: {e}")
-        return files
+        return write_reports(self.out, self.store, self.display.event)
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def run(self) -> CampaignOutcome:
@@ -698,7 +707,15 @@ class Campaign:
         reason = "budget"
         try:
             while True:
-                accepting = not self._stop.is_set() and self.elapsed() < self.cfg.budget_s
+                accepting = not self._stop.is_set() and self.elapsed() < self._test_deadline()
+                reserve = (not accepting and not self._stop.is_set() and self.elapsed() < self.cfg.budget_s
+                           and drain_until is None)
+                if reserve and not in_flight:  # the triage reserve: triage alone, until its backlog is done
+                    time.sleep(0.5)
+                    if time.monotonic() >= next_stats:
+                        self._write_stats(0)
+                        next_stats = time.monotonic() + self.cfg.stats_every_s
+                    continue
                 if accepting:
                     draws = 0
                     while len(in_flight) < self.executor.size and draws < MAX_DRAWS_PER_SLOT:
@@ -706,14 +723,14 @@ class Campaign:
                         draws += 1
                         if item is not None:
                             in_flight[self.executor.submit(item[1], item[0].target)] = item
-                elif drain_until is None:
+                elif drain_until is None and not reserve:
                     reason = "interrupted" if self._stop.is_set() else "budget"
                     grace = 3.0 if self._stop.is_set() else self.cfg.drain_s
                     drain_until = time.monotonic() + grace
                     if in_flight:
                         self.display.event(f"{'stopping' if self._stop.is_set() else 'budget spent'}: waiting up to "
                                            f"{grace:.0f} s for {len(in_flight)} test(s) in flight")
-                if not in_flight and not accepting:
+                if not in_flight and not accepting and not reserve:
                     break
                 if drain_until is not None and time.monotonic() > drain_until:
                     if in_flight:
@@ -753,10 +770,26 @@ class Campaign:
             raise
         return reason
 
+    def _test_deadline(self) -> float:
+        """Tests stop at the budget, or earlier while findings wait for a reduction and the
+        budget's end is within the triage reserve (so the morning list is complete)."""
+        if self.triage is not None and self.triage.is_alive() and (self.triage.backlog or self.triage.current):
+            if self.cfg.budget_s - self.elapsed() <= self.cfg.triage_reserve_s:
+                if not getattr(self, "_reserve_said", False):
+                    self._reserve_said = True
+                    self.display.event(f"{self.cfg.budget_s - self.elapsed():.0f} s left: no new tests while "
+                                       f"triage finishes {self.triage.backlog} finding(s)")
+                return 0.0
+        return self.cfg.budget_s
+
     def _finish(self, reason: str) -> CampaignOutcome:
         files: dict[str, str] = {}
         health: dict[str, Any] = {}
         try:
+            if self.cfg.triage:
+                attached = attach_waiting(self.store, self.cfg.triage_per_key)
+                if attached:
+                    self.display.event(f"{attached} waiting finding(s) attached to their key's cluster")
             if hasattr(self, "executor"):
                 health = self._health()
                 self._write_stats(0)
@@ -810,11 +843,11 @@ def _inductor_cache_dir() -> str:
 # -- triage as findings come -------------------------------------------------------------------------------------
 class TriageThread(threading.Thread):
     """Reduces and clusters new findings in the background, one at a time, through the triage
-    code of `nnforge triage` (agent/cmd_triage.py), with a small budget per finding.
+    pipeline as `nnforge triage` (triage/pipeline.py), with a small budget per finding.
 
-    A crash-like finding whose unreduced signature is already a cluster's joins it without
-    reduction (the crash location does not change when the program shrinks), so a bug hit a
-    thousand times costs one reduction. It has its own store connection (SQLite connections are
+    Each finding goes through `triage.pipeline.triage_finding`: the first findings of a
+    provisional root-cause key are reduced and their repro checked, the rest attach to the
+    cluster those reached, so a bug hit a thousand times costs `triage_per_key` reductions. It has its own store connection (SQLite connections are
     per thread) and shares the local workers when the executor has some (else one of its own).
     Findings it could not triage stay `new` for `nnforge triage DIR`.
     """
@@ -828,6 +861,7 @@ class TriageThread(threading.Thread):
         self.failed = 0
         self.known = 0
         self.current: str = ""
+        self.backlog = 0  # waiting findings that need a reduction (not attachable)
         self._attempted: set[int] = set()
 
     def wake(self) -> None:
@@ -843,28 +877,24 @@ class TriageThread(threading.Thread):
         return f"{self.done} triaged ({self.known} joined a known cluster at once), {self.failed} failed{doing}"
 
     def run(self) -> None:
-        try:
-            from nnforge.agent import cmd_triage
-            from nnforge.core.settings import load_settings
-        except Exception as e:  # the triage code is missing or broken: leave it to `nnforge triage`
-            self.log(f"triage unavailable ({type(e).__name__}: {e}); findings stay for `nnforge triage {self.out}`")
-            return
-        triage_one = getattr(cmd_triage, "_triage_one", None)
+        from nnforge.core.settings import load_settings
+        from nnforge.triage.pipeline import TriageConfig, triage_finding
+
         settings = load_settings()
+        cfg = TriageConfig(budget_s=self.cfg.triage_budget_s, max_queries=self.cfg.triage_max_queries,
+                           use_llm=self.cfg.llm != "none", per_key=self.cfg.triage_per_key)
         store = CampaignStore(self.out)
         own_pool = None
         try:
             while not self._stop_event.is_set():
                 self._wake.wait(timeout=5.0)
                 self._wake.clear()
-                for finding in store.new_findings():
+                waiting = [f for f in store.new_findings() if f.finding_id not in self._attempted]
+                self.backlog = sum(1 for f in waiting if not self._attachable(store, f))
+                for finding in waiting:
                     if self._stop_event.is_set():
                         break
-                    if finding.finding_id in self._attempted:
-                        continue
                     self._attempted.add(finding.finding_id)
-                    if self._join_known(store, finding):
-                        continue
                     pool = self.shared_pool
                     if pool is None:
                         if own_pool is None:
@@ -874,22 +904,14 @@ class TriageThread(threading.Thread):
                         pool = own_pool
                     self.current = f"finding {finding.finding_id}"
                     try:
-                        if triage_one is not None:
-                            from nnforge.triage.cluster import DEFAULT_THRESHOLD
-
-                            o = triage_one(store, pool, self.out, finding, settings=settings, reduce=True,
-                                           budget_s=self.cfg.triage_budget_s, max_queries=self.cfg.triage_max_queries,
-                                           threshold=DEFAULT_THRESHOLD, use_llm=self.cfg.llm != "none",
-                                           log=lambda s: None)
-                            self.done += 1
-                            self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id}"
-                                     f"{' (new)' if o.is_new_cluster else ''}")
+                        o = triage_finding(store, pool, self.out, finding, settings=settings, cfg=cfg)
+                        self.done += 1
+                        if o.how == "attached":
+                            self.known += 1
                         else:
-                            cmd_triage.triage_findings(store, pool, self.out, settings=settings,
-                                                       budget_s=self.cfg.triage_budget_s,
-                                                       max_queries=self.cfg.triage_max_queries,
-                                                       use_llm=self.cfg.llm != "none")
-                            self.done += 1
+                            self.backlog = max(self.backlog - 1, 0)
+                            self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id}"
+                                     f"{' (new)' if o.is_new_cluster else ''}, repro {o.repro}")
                     except Exception as e:
                         self.failed += 1
                         if not self._stop_event.is_set():
@@ -898,28 +920,27 @@ class TriageThread(threading.Thread):
                                      f"`nnforge triage {self.out}` will retry it")
                     finally:
                         self.current = ""
+                self.backlog = 0 if not self._stop_event.is_set() else self.backlog
         finally:
             if own_pool is not None:
                 own_pool.close()
             store.close()
 
-    def _join_known(self, store: CampaignStore, finding: Any) -> bool:
-        """A crash-like finding whose signature is already a cluster's: join it, no reduction."""
-        try:
-            from nnforge.agent.cmd_triage import write_cluster_folder
-            from nnforge.triage.signature import is_crash_like, signature_of
+    def _attachable(self, store: CampaignStore, finding: Any) -> bool:
+        from nnforge.triage.pipeline import attach_target
 
-            if not is_crash_like(finding.verdict.symptom) or not finding.case_folder:
-                return False
-            case = TestCase.load(finding.case_folder, with_values=False)
-            sig = signature_of(finding.verdict, case)
-            if store.cluster(sig.digest) is None or store.cluster(sig.digest).cluster_id != sig.digest:
-                return False
-            cluster = store.assign_cluster(finding.finding_id, sig.digest, sig, title=store.cluster(sig.digest).title)
-            self.known += 1
-            self.done += 1
-            if cluster.count in (2, 5, 10, 50) or cluster.count % 100 == 0:  # keep the folder's count roughly current
-                write_cluster_folder(store, self.out, cluster, use_llm=False)
-            return True
-        except Exception:
-            return False
+        return bool(finding.pkey) and attach_target(store, finding, finding.pkey, self.cfg.triage_per_key) is not None
+
+
+def attach_waiting(store: Any, per_key: int) -> int:
+    """At a campaign's end: every waiting finding whose key's reduced findings agree joins their
+    cluster (no reduction, no worker), so only findings that still need a reduction wait."""
+    from nnforge.triage.pipeline import attach_target
+
+    n = 0
+    for f in store.new_findings():
+        target = attach_target(store, f, f.pkey, per_key) if f.pkey else None
+        if target is not None:
+            store.attach(f.finding_id, target)
+            n += 1
+    return n

@@ -119,10 +119,7 @@ class CampaignStore(Store):
     def __init__(self, path: str | os.PathLike):
         super().__init__(path)
         self._db.executescript(_CAMPAIGN_SCHEMA)
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(tests)").fetchall()}
-        for name, kind in TEST_COLUMNS:
-            if name not in have:
-                self._db.execute(f"ALTER TABLE tests ADD COLUMN {name} {kind}")
+        self._add_columns("tests", TEST_COLUMNS)
 
     # -- meta as JSON -------------------------------------------------------------------------------
     def get_json(self, key: str, default: Any = None) -> Any:
@@ -164,7 +161,8 @@ class CampaignStore(Store):
 
     # -- one verdict --------------------------------------------------------------------------------
     def record_verdict(self, test: QueuedTest, verdict: Verdict, *, t_search: float, t_oracle: float,
-                       elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None) -> int | None:
+                       elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None,
+                       pkey: str | None = None) -> int | None:
         """Write the test's verdict, its finding when it is a bug, and mark the queue row done, in
         one transaction: a finding is in the store before anything else is done with it.
         `compiler`: {"graph_breaks": [...], "recompiles": [...]} Dynamo recorded (NULL columns without).
@@ -193,8 +191,9 @@ class CampaignStore(Store):
                  test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no, gb, rc))
             if verdict.is_bug:
                 self._db.execute(
-                    "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created) "
-                    "VALUES (?, ?, ?, ?, 'new', ?)", (test.case_id, test.folder, verdict.target, verdict.dumps(), now))
+                    "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created, pkey) "
+                    "VALUES (?, ?, ?, ?, 'new', ?, ?)",
+                    (test.case_id, test.folder, verdict.target, verdict.dumps(), now, pkey))
                 row = self._db.execute("SELECT finding_id FROM findings WHERE case_id = ? AND target = ?",
                                        (test.case_id, verdict.target)).fetchone()
                 finding_id = int(row["finding_id"])

@@ -98,7 +98,9 @@ def campaign(
             triage_budget_s=triage_budget_s, executor=executor, address=address, coverage=coverage,
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
-            min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every)
+            min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
+            triage_per_key=settings.triage_per_key,
+            triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))
         run = Campaign(cfg, display=display)
     try:
         outcome = run.run()

@@ -88,10 +88,13 @@ def reduce(
     res.case.save(out)
     (out / "verdict.json").write_text(json.dumps(res.verdict.to_json(), indent=2, sort_keys=True, default=str))
     (out / "reduction.json").write_text(json.dumps(res.to_json(), indent=2, default=str))
+    from nnforge.triage.repro import write_repro
+
+    (out / "repro.py").write_text(write_repro(res.case, res.verdict))
     b, a = res.before, res.after
     console.print(f"ops {b['ops']} → {a['ops']}, lines {b['lines']} → {a['lines']}, calls {b['calls']} → {a['calls']}; "
                   f"{res.queries} queries, {res.elapsed_s:.1f} s" + (f" (out of {res.exhausted})" if res.exhausted else ""))
     for step in res.steps:
         console.print(f"  {step}", soft_wrap=True)
-    console.print(f"wrote {out}")
+    console.print(f"wrote {out} (repro.py: a standalone script, exit 1 while the bug is there)")
     raise typer.Exit(0 if res.verified else 1)

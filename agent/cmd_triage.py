@@ -30,23 +30,13 @@ from nnforge.agent.cli import app
 from nnforge.agent.store import Cluster, Finding, Store, iter_case_folders
 from nnforge.core.settings import Settings, load_settings
 from nnforge.core.testcase import TestCase
-from nnforge.core.verdict import Verdict
+from nnforge.triage.pipeline import (FINDINGS_SUBDIR, REDUCED_SUBDIR, TriageConfig, TriageOutcome, cluster_folder,
+                                     triage_finding, write_cluster_folder)
+
+__all__ = ["CASES_SUBDIR", "FINDINGS_SUBDIR", "REDUCED_SUBDIR", "TriageOutcome", "cluster_folder", "import_cases",
+           "triage_findings", "write_cluster_folder"]
 
 CASES_SUBDIR = "cases"
-REDUCED_SUBDIR = "reduced"
-FINDINGS_SUBDIR = "findings"
-
-
-@dataclass(frozen=True)
-class TriageOutcome:
-    finding_id: int
-    case_id: str
-    target: str
-    cluster_id: str | None = None
-    is_new_cluster: bool = False
-    how: str = ""  # "digest" | "similar" | "new"
-    reduced: dict[str, Any] | None = None  # reduction summary (before/after sizes, queries, seconds)
-    error: str | None = None
 
 
 # -- getting findings in ------------------------------------------------------------------------------
@@ -90,129 +80,25 @@ def import_cases(store: Store, pool: Any, cases_dir: Path, campaign_dir: Path, t
 # -- triage -----------------------------------------------------------------------------------------------------
 def triage_findings(store: Store, pool: Any, campaign_dir: Path, *, settings: Settings, reduce: bool = True,
                     budget_s: float = 120.0, max_queries: int = 200, threshold: float | None = None,
-                    targets: list[str] | None = None, use_llm: bool = True,
-                    log: Callable[[str], None] = lambda s: None) -> list[TriageOutcome]:
-    """Reduce, sign and cluster every new finding (of `targets`, when given); write the drafts."""
-    from nnforge.triage.cluster import DEFAULT_THRESHOLD
-
+                    targets: list[str] | None = None, use_llm: bool = True, per_key: int | None = None,
+                    verify: bool = True, log: Callable[[str], None] = lambda s: None) -> list[TriageOutcome]:
+    """Triage every waiting finding (of `targets`, when given), oldest first: the first findings
+    of each provisional key are reduced, the rest attach to their cluster (triage/pipeline.py)."""
+    cfg = TriageConfig(reduce=reduce, budget_s=budget_s, max_queries=max_queries, threshold=threshold,
+                       use_llm=use_llm, per_key=settings.triage_per_key if per_key is None else per_key,
+                       verify=verify)
     outcomes = []
     for finding in store.new_findings():
         if targets and finding.target not in targets:
             continue
         try:
-            outcomes.append(_triage_one(store, pool, campaign_dir, finding, settings=settings, reduce=reduce,
-                                        budget_s=budget_s, max_queries=max_queries,
-                                        threshold=DEFAULT_THRESHOLD if threshold is None else threshold,
-                                        use_llm=use_llm, log=log))
-        except Exception as e:  # this finding stays `new`; the next run tries again
+            outcomes.append(triage_finding(store, pool, campaign_dir, finding, settings=settings, cfg=cfg, log=log))
+        except Exception as e:  # this finding stays waiting; the next run tries again
             store.mark_failed(finding.finding_id, f"{type(e).__name__}: {e}")
             outcomes.append(TriageOutcome(finding.finding_id, finding.case_id, finding.target,
                                           error=f"{type(e).__name__}: {e}"))
             log(f"finding {finding.finding_id}: triage failed: {type(e).__name__}: {e}")
     return outcomes
-
-
-def _triage_one(store: Store, pool: Any, campaign_dir: Path, finding: Finding, *, settings: Settings, reduce: bool,
-                budget_s: float, max_queries: int, threshold: float, use_llm: bool,
-                log: Callable[[str], None]) -> TriageOutcome:
-    from nnforge.triage.cluster import choose_cluster
-    from nnforge.triage.report import issue_title
-    from nnforge.triage.signature import signature_of
-
-    if not finding.case_folder:
-        raise ValueError(f"finding {finding.finding_id} has no case folder")
-    case = TestCase.load(finding.case_folder)
-    verdict = finding.verdict
-    summary: dict[str, Any] | None = None
-    if reduce:
-        from nnforge.triage.reducer import Reducer
-
-        reducer = Reducer(pool, finding.target, timeout_s=settings.worker_timeout_s, max_queries=max_queries,
-                          time_budget_s=budget_s, value_search_budget_ms=settings.value_search_budget_ms)
-        res = reducer.reduce(case, verdict)
-        summary = {"before": res.before, "after": res.after, "queries": res.queries,
-                   "elapsed_s": round(res.elapsed_s, 2), "verified": res.verified, "exhausted": res.exhausted}
-        if res.verified:
-            case, verdict = res.case, res.verdict
-        log(f"finding {finding.finding_id}: ops {res.before['ops']} → {res.after['ops']}, "
-            f"{res.queries} queries, {res.elapsed_s:.1f} s" + ("" if res.verified else " (not verified: kept the input)"))
-    reduced_dir = campaign_dir / REDUCED_SUBDIR / str(finding.finding_id)
-    case.save(reduced_dir)
-    (reduced_dir / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2, sort_keys=True, default=str))
-    if summary is not None:
-        (reduced_dir / "reduction.json").write_text(json.dumps(summary, indent=2, default=str))
-
-    signature = signature_of(verdict, case)
-    assignment = choose_cluster(signature, store.cluster_records(), threshold=threshold)
-    existing = store.cluster(assignment.cluster_id) if not assignment.is_new else None
-    representative = existing is None or _smaller_than_representative(store, existing, case)
-    cluster = store.assign_cluster(finding.finding_id, assignment.cluster_id, signature,
-                                   title=issue_title(verdict, case), reduced_folder=reduced_dir,
-                                   representative=representative)
-    write_cluster_folder(store, campaign_dir, cluster, settings=settings, use_llm=use_llm)
-    return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id,
-                         assignment.is_new, assignment.how, summary)
-
-
-def _size(case: TestCase) -> tuple[int, int]:
-    from nnforge.triage.reducer import case_size
-
-    s = case_size(case)
-    return s["ops"], s["lines"]
-
-
-def _smaller_than_representative(store: Store, cluster: Cluster, case: TestCase) -> bool:
-    rep = store.finding(cluster.representative) if cluster.representative is not None else None
-    if rep is None or not rep.reduced_folder or not Path(rep.reduced_folder).is_dir():
-        return True
-    try:
-        return _size(case) < _size(TestCase.load(rep.reduced_folder, with_values=False))
-    except Exception:
-        return False
-
-
-# -- the cluster folder -------------------------------------------------------------------------------------------
-def cluster_folder(campaign_dir: Path, cluster_id: str) -> Path:
-    return campaign_dir / FINDINGS_SUBDIR / cluster_id
-
-
-def write_cluster_folder(store: Store, campaign_dir: Path, cluster: Cluster, *, settings: Settings | None = None,
-                         use_llm: bool = True) -> Path:
-    """(Re)write findings/<cluster_id>/ from the cluster's representative reduced case."""
-    from nnforge.triage.gh import write_gh_command
-    from nnforge.triage.report import draft_report, rewrite_prose, write_report
-    from nnforge.triage.repro import write_repro
-
-    rep = store.finding(cluster.representative) if cluster.representative is not None else None
-    if rep is None:
-        raise ValueError(f"cluster {cluster.cluster_id} has no representative finding")
-    source = Path(rep.reduced_folder or rep.case_folder or "")
-    case = TestCase.load(source)
-    verdict = rep.verdict
-    if (source / "verdict.json").is_file():
-        verdict = Verdict.from_json(json.loads((source / "verdict.json").read_text()))
-    reduction = None
-    if (source / "reduction.json").is_file():
-        reduction = json.loads((source / "reduction.json").read_text())
-    folder = cluster_folder(campaign_dir, cluster.cluster_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    case.save(folder / "case")
-    (folder / "case" / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2, sort_keys=True, default=str))
-    repro = write_repro(case, verdict, title=cluster.title)
-    (folder / "repro.py").write_text(repro)
-    draft = draft_report(case, verdict, repro=repro, signature=cluster.signature, cluster_id=cluster.cluster_id,
-                         count=cluster.count, reduction=reduction)
-    if use_llm:
-        draft = rewrite_prose(draft, settings)
-    write_report(folder, draft)
-    write_gh_command(folder, draft.title, draft.labels, repo=draft.repo)
-    members = [f.finding_id for f in store.cluster_findings(cluster.cluster_id)]
-    (folder / "cluster.json").write_text(json.dumps({
-        "cluster_id": cluster.cluster_id, "title": draft.title, "count": cluster.count, "findings": members,
-        "representative": cluster.representative, "signature": cluster.signature.to_json(),
-        "report": draft.to_json(), "first_seen": cluster.first_seen, "last_seen": cluster.last_seen,
-    }, indent=2, default=str))
-    return folder
 
 
 # -- the command ------------------------------------------------------------------------------------------------------
@@ -257,6 +143,14 @@ def triage(
                                    budget_s=budget_s, max_queries=max_queries, targets=targets or None,
                                    use_llm=not no_llm, log=lambda s: console.print(s, soft_wrap=True, markup=False))
         clusters = {c.cluster_id: c for c in store.clusters()}
+    if (campaign_dir / "store.sqlite").is_file():
+        from nnforge.agent.campaign import write_reports
+        from nnforge.agent.campaign_store import CampaignStore
+
+        with CampaignStore(campaign_dir) as cstore:
+            written = write_reports(campaign_dir, cstore, log=lambda s: console.print(s, soft_wrap=True, markup=False))
+        if not as_json:
+            console.print("rewrote " + ", ".join(written.values()))
     if as_json:
         typer.echo(json.dumps({"outcomes": [o.__dict__ for o in outcomes],
                                "clusters": [{"cluster_id": c.cluster_id, "title": c.title, "count": c.count,

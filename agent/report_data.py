@@ -57,6 +57,14 @@ class ClusterRow:
     symptom: str
     rung: str | None
     report: str | None  # findings/<id>/report.md relative to the campaign folder, when written
+    repro_status: str = "unchecked"  # "reproduced" (listed as a bug) | "unreproduced" | "unchecked"
+    repro_detail: str = ""
+    attached: int = 0  # findings counted in without their own reduction
+
+    @property
+    def listed(self) -> bool:
+        """A bug for the morning list: its repro.py exited 1 in a fresh process."""
+        return self.repro_status == "reproduced"
 
 
 @dataclass(frozen=True)
@@ -118,13 +126,19 @@ class CampaignView:
     by_source: tuple[YieldRow, ...]
     by_mutator: tuple[YieldRow, ...]
     stage_seconds: dict[str, float]  # stage -> total seconds over all tests
-    findings: dict[str, int]  # total, new, triaged, failed
+    findings: dict[str, int]  # total, new (waiting), triaged (reduced), attached, failed
     clusters: tuple[ClusterRow, ...]
     stats: tuple[dict[str, Any], ...]  # the timeline, oldest first (json column decoded)
     scheduler: SchedulerView | None
     timeline_source: str  # "stats" or "tests" (derived from per-test rows when no stats exist)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(minutes, value)]
     compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
+    waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
+
+    @property
+    def bug_clusters(self) -> tuple[ClusterRow, ...]:
+        """The clusters listed as bugs: their repro reproduced in a fresh process."""
+        return tuple(c for c in self.clusters if c.listed)
 
     @property
     def tests_per_min(self) -> float:
@@ -255,7 +269,8 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
-        scheduler=_scheduler(db), timeline_source=source, series=series, compiler=_compiler_reasons(db))
+        scheduler=_scheduler(db), timeline_source=source, series=series, compiler=_compiler_reasons(db),
+        waiting=_waiting(db))
 
 
 def _max_test_elapsed(db: _Db) -> float:
@@ -307,7 +322,7 @@ def _stages(db: _Db) -> dict[str, float]:
 
 
 def _findings(db: _Db) -> dict[str, int]:
-    out = {"total": 0, "new": 0, "triaged": 0, "failed": 0}
+    out = {"total": 0, "new": 0, "triaged": 0, "attached": 0, "failed": 0}
     if "findings" not in db.tables:
         return out
     cols = db.cols("findings")
@@ -342,11 +357,26 @@ def _clusters(db: _Db, folder: Path, started: float | None) -> tuple[ClusterRow,
             targets = (str(sig["target"]),)
         first = _float(d.get("first_seen"))
         report = folder / "findings" / cid / "report.md"
+        attached = 0
+        if have_findings and "status" in db.cols("findings"):
+            attached = int(db.rows("SELECT COUNT(*) AS n FROM findings WHERE signature_digest = ? AND status = 'attached'",
+                                   (cid,))[0]["n"])
         out.append(ClusterRow(cluster_id=cid, title=str(d.get("title") or ""), count=int(d.get("count") or 0),
                               first_seen_s=None if first is None or started is None else max(0.0, first - started),
                               targets=targets, symptom=str(sig.get("symptom") or ""), rung=sig.get("rung"),
-                              report=f"findings/{cid}/report.md" if report.is_file() else None))
+                              report=f"findings/{cid}/report.md" if report.is_file() else None,
+                              repro_status=str(d.get("repro_status") or "unchecked"),
+                              repro_detail=str(d.get("repro_detail") or ""), attached=attached))
     return tuple(out)
+
+
+def _waiting(db: _Db) -> tuple[tuple[str, int], ...]:
+    """Waiting findings grouped by provisional key, largest group first."""
+    if "findings" not in db.tables or "pkey" not in db.cols("findings"):
+        return ()
+    rows = db.rows("SELECT COALESCE(pkey, '(no key yet)') AS k, COUNT(*) AS n FROM findings WHERE status = 'new' "
+                   "GROUP BY k ORDER BY n DESC, k")
+    return tuple((str(r["k"]), int(r["n"])) for r in rows)
 
 
 def _series(db: _Db, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ...],

@@ -149,7 +149,7 @@ def render_report(view: CampaignView) -> str:
     tiles = [_tile("duration", fmt_duration(view.elapsed_s)), _tile("tests", view.tests),
              _tile("tests / min", f"{view.tests_per_min:.1f}"),
              _tile("tests / min / worker", f"{view.tests_per_min_per_worker:.1f}"),
-             _tile("bug verdicts", view.bugs), _tile("unique bugs", len(view.clusters), bad=bool(view.clusters)),
+             _tile("bug verdicts", view.bugs), _tile("unique bugs", len(view.bug_clusters), bad=bool(view.bug_clusters)),
              _tile("invalid", _pct(view.invalid / view.tests) if view.tests else "0.0%"),
              _tile("worker restarts", health["worker_restarts"]),
              _tile("max worker RSS", "-" if health["rss_max_mb"] is None else f"{health['rss_max_mb']:.0f} MB")]
@@ -161,9 +161,9 @@ def render_report(view: CampaignView) -> str:
     parts.append('<div class="charts">' + "".join(f"<div>{svg}</div>" for svg in charts(view)) + "</div>")
 
     parts.append("<h2>Unique bugs (clusters)</h2>")
-    if view.clusters:
+    if view.bug_clusters:
         rows = []
-        for i, c in enumerate(view.clusters):
+        for i, c in enumerate(view.bug_clusters):
             link = _Raw(f'<a href="{escape(c.report)}">report.md</a>') if c.report else "not written yet"
             rows.append([i + 1, _Raw(f"<code>{escape(c.cluster_id[:12])}</code>"), c.title, c.count,
                          ", ".join(c.targets) or "-", c.symptom or "-", c.rung or "-",
@@ -172,9 +172,15 @@ def render_report(view: CampaignView) -> str:
                             rows, numeric={0, 3}))
     else:
         parts.append('<p class="muted">none found</p>')
+    others = [c for c in view.clusters if not c.listed]
+    if others:
+        parts.append("<h3>Not listed: repro did not reproduce, or not checked yet</h3>")
+        parts.append(_table(["cluster", "title", "findings", "repro", "why"],
+                            [[_Raw(f"<code>{escape(c.cluster_id[:12])}</code>"), c.title, c.count, c.repro_status,
+                              c.repro_detail or "-"] for c in others], numeric={2}))
     f = view.findings
-    parts.append(f'<p class="sub">findings: {f["total"]} ({f.get("triaged", 0)} triaged, {f.get("new", 0)} awaiting '
-                 f'triage, {f.get("failed", 0)} failed triage)</p>')
+    parts.append(f'<p class="sub">findings: {f["total"]} ({f.get("triaged", 0)} reduced, {f.get("attached", 0)} '
+                 f'attached unreduced, {f.get("new", 0)} waiting, of which {f.get("failed", 0)} failed triage)</p>')
 
     parts.append("<h2>Verdicts per target</h2>")
     if view.verdicts:

@@ -79,9 +79,10 @@ class Finding:
     verdict: Verdict
     signature_digest: str | None
     reduced_folder: str | None
-    status: str  # "new" | "triaged"
+    status: str  # "new" (waiting) | "triaged" (reduced and signed) | "attached" (joined its key's cluster unreduced)
     error: str | None  # why the last triage attempt failed, if it did
     created: float
+    pkey: str | None = None  # provisional root-cause key (triage/rootcause.py), set when recorded
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Cluster:
     count: int
     first_seen: float
     last_seen: float
+    repro_status: str = "unchecked"  # "unchecked" | "reproduced" | "unreproduced"
+    repro_detail: str = ""  # exit codes, or why it did not reproduce
 
     def record(self) -> ClusterRecord:
         return ClusterRecord(self.cluster_id, self.signature, self.count, self.title)
@@ -116,9 +119,22 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._add_columns("findings", (("pkey", "TEXT"),))
+        self._add_columns("clusters", (("repro_status", "TEXT NOT NULL DEFAULT 'unchecked'"), ("repro_detail", "TEXT")))
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)
             self.set_meta("created", str(time.time()))
+
+    def _add_columns(self, table: str, columns: tuple[tuple[str, str], ...]) -> None:
+        """Columns later versions added: a store made by an older NNForge gains them on open."""
+        have = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+        for name, decl in columns:
+            if name not in have:
+                try:
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {decl}")
+                except sqlite3.OperationalError as e:  # another connection added it first
+                    if "duplicate column" not in str(e):
+                        raise
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -192,6 +208,52 @@ class Store:
                                 (cluster_id,)).fetchall()
         return [_finding(r) for r in rows]
 
+    def set_pkey(self, finding_id: int, pkey: str) -> None:
+        self._db.execute("UPDATE findings SET pkey = ? WHERE finding_id = ?", (pkey, finding_id))
+
+    def key_members(self, pkey: str) -> list[Finding]:
+        """Every finding with this provisional key, oldest first."""
+        rows = self._db.execute("SELECT * FROM findings WHERE pkey = ? ORDER BY finding_id", (pkey,)).fetchall()
+        return [_finding(r) for r in rows]
+
+    def attach(self, finding_id: int, cluster_id: str) -> Cluster:
+        """Count an unreduced finding into the cluster its provisional key's reduced findings
+        reached (status `attached`); a later triage may still reduce it and move it."""
+        now = time.time()
+        with self._tx():
+            row = self._db.execute("SELECT signature_digest, status FROM findings WHERE finding_id = ?",
+                                   (finding_id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no finding {finding_id} in {self.path}")
+            if row["status"] in ("triaged", "attached") and row["signature_digest"] == cluster_id:
+                pass
+            else:
+                if row["status"] in ("triaged", "attached") and row["signature_digest"]:
+                    self._db.execute("UPDATE clusters SET count = count - 1 WHERE cluster_id = ?",
+                                     (row["signature_digest"],))
+                self._db.execute("UPDATE findings SET signature_digest = ?, status = 'attached', error = NULL "
+                                 "WHERE finding_id = ?", (cluster_id, finding_id))
+                self._db.execute("UPDATE clusters SET count = count + 1, last_seen = ? WHERE cluster_id = ?",
+                                 (now, cluster_id))
+        cluster = self.cluster(cluster_id)
+        assert cluster is not None
+        return cluster
+
+    def set_repro_status(self, cluster_id: str, status: str, detail: str = "") -> None:
+        if status not in ("unchecked", "reproduced", "unreproduced"):
+            raise ValueError(f"unknown repro status {status!r}")
+        self._db.execute("UPDATE clusters SET repro_status = ?, repro_detail = ? WHERE cluster_id = ?",
+                         (status, detail[:2000], cluster_id))
+
+    def finding_counts(self) -> dict[str, int]:
+        """{status: count}, with `failed` counting the waiting findings whose last triage failed."""
+        out: dict[str, int] = {}
+        for r in self._db.execute("SELECT status, error IS NOT NULL AS failed, COUNT(*) AS n FROM findings "
+                                  "GROUP BY status, failed"):
+            key = "failed" if r["status"] == "new" and r["failed"] else r["status"]
+            out[key] = out.get(key, 0) + int(r["n"])
+        return out
+
     def mark_failed(self, finding_id: int, error: str) -> None:
         """Note why triage failed; the finding stays `new` so the next run tries again."""
         self._db.execute("UPDATE findings SET error = ? WHERE finding_id = ?", (error[:2000], finding_id))
@@ -220,7 +282,11 @@ class Store:
                                        (finding_id,)).fetchone()
             if already is None:
                 raise KeyError(f"no finding {finding_id} in {self.path}")
-            counted = already["status"] == "triaged" and already["signature_digest"] == cluster_id
+            counted = already["status"] in ("triaged", "attached") and already["signature_digest"] == cluster_id
+            if already["status"] in ("triaged", "attached") and already["signature_digest"] \
+                    and already["signature_digest"] != cluster_id:  # moved: it no longer counts where it was
+                self._db.execute("UPDATE clusters SET count = count - 1 WHERE cluster_id = ?",
+                                 (already["signature_digest"],))
             self._db.execute("UPDATE findings SET signature_digest = ?, reduced_folder = ?, status = 'triaged', error = NULL "
                              "WHERE finding_id = ?",
                              (cluster_id, None if reduced_folder is None else str(reduced_folder), finding_id))
@@ -263,14 +329,17 @@ def _finding(row: sqlite3.Row) -> Finding:
     return Finding(finding_id=int(row["finding_id"]), case_id=row["case_id"], case_folder=row["case_folder"],
                    target=row["target"], verdict=Verdict.from_json(json.loads(row["verdict_json"])),
                    signature_digest=row["signature_digest"], reduced_folder=row["reduced_folder"],
-                   status=row["status"], error=row["error"], created=float(row["created"]))
+                   status=row["status"], error=row["error"], created=float(row["created"]),
+                   pkey=row["pkey"] if "pkey" in row.keys() else None)
 
 
 def _cluster(row: sqlite3.Row) -> Cluster:
     return Cluster(cluster_id=row["cluster_id"], title=row["title"],
                    signature=Signature.from_json(json.loads(row["signature_json"])),
                    representative=row["representative"], count=int(row["count"]),
-                   first_seen=float(row["first_seen"]), last_seen=float(row["last_seen"]))
+                   first_seen=float(row["first_seen"]), last_seen=float(row["last_seen"]),
+                   repro_status=(row["repro_status"] if "repro_status" in row.keys() else None) or "unchecked",
+                   repro_detail=(row["repro_detail"] if "repro_detail" in row.keys() else None) or "")
 
 
 def iter_case_folders(root: str | os.PathLike) -> Iterator[Path]:

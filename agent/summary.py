@@ -58,6 +58,14 @@ def _compiler_section(view: CampaignView) -> list[str]:
     return out[:-1] if out[-1] == "" else out
 
 
+def _cluster_table(clusters: Any) -> list[str]:
+    return _table(["#", "cluster", "title", "findings (attached)", "targets", "first seen", "report"],
+                  [[i + 1, f"`{c.cluster_id[:12]}`", c.title, f"{c.count} ({c.attached})", ", ".join(c.targets) or "-",
+                    "-" if c.first_seen_s is None else fmt_duration(c.first_seen_s),
+                    f"[report.md]({c.report})" if c.report else "not written yet"]
+                   for i, c in enumerate(clusters)])
+
+
 def render_summary(view: CampaignView) -> str:
     health = view.health()
     lines = [f"# NNForge campaign: {view.folder.name}", ""]
@@ -70,24 +78,35 @@ def render_summary(view: CampaignView) -> str:
         ("tests", view.tests),
         ("tests per minute", f"{view.tests_per_min:.1f} ({view.tests_per_min_per_worker:.1f} per worker)"),
         ("bug verdicts", view.bugs),
-        ("unique bugs (clusters)", len(view.clusters)),
+        ("unique bugs (clusters whose repro.py reproduced)", len(view.bug_clusters)),
         ("invalid", f"{view.invalid} ({_pct(view.invalid / view.tests) if view.tests else '0.0%'})"),
-        ("findings", f"{view.findings['total']} ({view.findings.get('triaged', 0)} triaged, "
-                     f"{view.findings.get('new', 0)} awaiting triage, {view.findings.get('failed', 0)} failed triage)"),
+        ("findings", f"{view.findings['total']} ({view.findings.get('triaged', 0)} reduced, "
+                     f"{view.findings.get('attached', 0)} attached to their key's cluster unreduced, "
+                     f"{view.findings.get('new', 0)} waiting, of which {view.findings.get('failed', 0)} failed triage)"),
     ]
     if view.covered_lines is not None:
         head.append(("compiler lines covered", view.covered_lines))
     lines += [f"- **{k}**: {v}" for k, v in head]
 
-    lines += ["", "## Unique bugs (clusters)", ""]
-    if view.clusters:
-        lines += _table(["#", "cluster", "title", "findings", "targets", "first seen", "report"],
-                        [[i + 1, f"`{c.cluster_id[:12]}`", c.title, c.count, ", ".join(c.targets) or "-",
-                          "-" if c.first_seen_s is None else fmt_duration(c.first_seen_s),
-                          f"[report.md]({c.report})" if c.report else "not written yet"]
-                         for i, c in enumerate(view.clusters)])
+    lines += ["", "## Unique bugs (clusters)", "",
+              "Each listed cluster's `repro.py` exited 1 in a fresh process (three times for wrong results).", ""]
+    bugs = view.bug_clusters
+    if bugs:
+        lines += _cluster_table(bugs)
     else:
         lines.append("_none found_")
+    others = [c for c in view.clusters if not c.listed]
+    if others:
+        lines += ["", "## Not listed: repro did not reproduce, or not checked yet", ""]
+        lines += _table(["cluster", "title", "findings", "repro", "why"],
+                        [[f"`{c.cluster_id[:12]}`", c.title, c.count, c.repro_status, c.repro_detail or "-"]
+                         for c in others])
+    if view.waiting:
+        lines += ["", f"## Waiting for triage ({sum(n for _, n in view.waiting)} findings)", "",
+                  "`nnforge triage DIR` reduces them (the first of each key) and attaches the rest.", ""]
+        lines += _table(["provisional key", "findings"], [[f"`{k[:160]}`", n] for k, n in view.waiting[:20]])
+        if len(view.waiting) > 20:
+            lines.append(f"\n… and {len(view.waiting) - 20} more keys")
 
     lines += ["", "## Verdicts per target", ""]
     if view.verdicts:

@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     # Value search.
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
 
+    # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
+    # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of
+    # every key's first findings (at most this share of the budget: triage_reserve_share).
+    triage_per_key: int = 2
+    triage_reserve_s: float = 300.0
+    triage_reserve_share: float = 0.25
+
     # Campaigns: refuse to start with less free disk space than this (MB) in the campaign folder.
     campaign_min_free_mb: int = 200
 

@@ -53,6 +53,10 @@ def _campaign(folder: Path) -> CampaignStore:
             assert fid is not None
             sig = Signature(symptom=symptom.value, target=target, rung=target, key=f"key-{cluster}")
             store.assign_cluster(fid, CLUSTER_IDS[cluster], sig, title=TITLES[cluster])
+            if cluster == "C":
+                store.set_repro_status(CLUSTER_IDS[cluster], "unreproduced", "the script saw no bug (exit codes [0])")
+            else:
+                store.set_repro_status(CLUSTER_IDS[cluster], "reproduced", "exit 1 in 1 fresh run(s)")
     for j, (tests, rss, covered) in enumerate([(0, 1000.0, 0), (10, 1300.0, 5000), (20, 1100.0, 6200)]):
         store.add_stats({"ts": t0 + 300 * j, "elapsed_s": 300.0 * j, "tests": tests, "tests_per_min": 2.0, "bugs": 2 * j,
                          "clusters": j, "invalid": j, "worker_restarts": j, "timeouts": 0, "segfaults": 0, "rss_mb": rss,
@@ -97,10 +101,13 @@ def test_summary_lists_campaign_figures_clusters_yield_and_scheduler(tmp_path: P
     text = write_summary(tmp_path, store).read_text()
     assert "**tests**: 20" in text
     assert "**tests per minute**: 2.0 (1.0 per worker)" in text
-    assert "**unique bugs (clusters)**: 3" in text
+    assert "**unique bugs (clusters whose repro.py reproduced)**: 2" in text
     assert "**compiler lines covered**: 6200" in text
     for title in TITLES.values():
         assert title in text
+    listed, _, unlisted = text.partition("## Not listed")
+    assert TITLE_A in listed and TITLE_B in listed and TITLE_C not in listed
+    assert TITLE_C in unlisted and "the script saw no bug (exit codes [0])" in unlisted
     assert f"[report.md](findings/{CLUSTER_IDS['A']}/report.md)" in text
     assert "| dtype_promotion | 10 | 3 | 30.0% | 2 | 0.0% |" in text
     assert "| seed | 10 | 1 | 10.0% | 1 | 20.0% |" in text

@@ -186,11 +186,16 @@ def test_twenty_different_cases_hitting_one_planted_crash_end_in_one_cluster(tmp
     with Store(camp) as store:
         ids = import_cases(store, pool, tmp_path / "inbox", camp, ["faulty_crash:sin"], settings)
         assert len(ids) == 20  # every case holds aten.sin, so every case crashes
-        outcomes = triage_findings(store, pool, camp, settings=settings, reduce=False)  # crash keys need no reduction
+        outcomes = triage_findings(store, pool, camp, settings=settings, reduce=True, budget_s=20, per_key=2)
         assert not [o.error for o in outcomes if o.error]
         [cluster] = store.clusters()
         assert cluster.count == 20 and cluster.signature.symptom == "crash"
         assert sum(o.is_new_cluster for o in outcomes) == 1
+        # only the key's first two were reduced; the other 18 joined their cluster unreduced
+        statuses = sorted(f.status for f in store.findings())
+        assert statuses == ["attached"] * 18 + ["triaged"] * 2
+        assert sum(1 for f in store.findings() if f.reduced_folder) == 2
+        assert cluster.repro_status == "reproduced"  # its repro.py crashed (exit 1) in a fresh process
     folder = camp / "findings" / cluster.cluster_id
     assert {p.name for p in folder.iterdir()} >= {"case", "repro.py", "report.md", "gh_command.sh", "cluster.json"}
     assert len(json.loads((folder / "cluster.json").read_text())["findings"]) == 20
@@ -313,3 +318,26 @@ def test_llm_prose_is_used_only_when_it_keeps_code_numbers_and_versions(tmp_path
         client = _replaying_client(tmp_path / str(used) / str(reply is None), REWRITE_SYSTEM, draft.body, reply)
         out = rewrite_prose(draft, client=client)
         assert (out.body == kept and out.prose_by == "llm:replay") if used else out == draft
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_repro_does_not_reproduce_is_listed_apart_as_unreproduced(tmp_path, pool, settings):
+    """A finding claimed against a program inductor computes correctly: its repro.py exits 0 in
+    a fresh process, so the cluster is not on the morning list but under "Not listed", with why."""
+    from nnforge.agent.campaign_store import CampaignStore
+    from nnforge.agent.summary import write_summary
+    from nnforge.core.verdict import Verdict
+
+    folder = TestCase(program=PROGRAM_B).save(tmp_path / "case")
+    claimed = Verdict(target="inductor", symptom=Symptom.CRASH, rung="inductor", exc_type="RuntimeError",
+                      exc_message="a crash that never happens")
+    camp = tmp_path / "camp"
+    with CampaignStore(camp) as store:
+        store.add_finding("claimed", claimed, case_folder=folder)
+        [outcome] = triage_findings(store, pool, camp, settings=settings, reduce=False)
+        assert outcome.repro == "unreproduced"
+        [cluster] = store.clusters()
+        assert cluster.repro_status == "unreproduced" and "saw no bug" in cluster.repro_detail
+        text = write_summary(camp, store).read_text()
+    listed, _, unlisted = text.partition("## Not listed")
+    assert "_none found_" in listed and cluster.title in unlisted and "unreproduced" in unlisted

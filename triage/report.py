@@ -116,13 +116,22 @@ def _ops_chain(case: TestCase, limit: int = 5) -> str:
     return chain + (" → …" if len(ops) > limit else "")
 
 
-def issue_title(verdict: Verdict, case: TestCase) -> str:
-    """One line naming the layer, the symptom and the evidence (error text or error size)."""
+def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
+    """One line from the root-cause key: the layer, the symptom and what the bug is (the
+    compiler's error line for crashes, the state change for stale state, the ops otherwise)."""
+    from nnforge.triage.rootcause import compiler_error_line, describe_state_change, is_stale_state
+
     prefix = f"[{layer_name(verdict.rung)}]"
     chain = _ops_chain(case, limit=4)
     on = f" on {chain}" if chain else ""
     s = verdict.symptom
-    if s is Symptom.CRASH:
+    cpp_error = compiler_error_line(verdict.exc_message) if s in (Symptom.CRASH, Symptom.EXCEPTION_MISMATCH) else None
+    if is_stale_state(verdict, case):
+        text = (f"compiled module keeps stale state after {describe_state_change(case, verdict)} "
+                f"({'crash' if s is Symptom.CRASH else 'wrong result'} on call {verdict.call_index})")
+    elif s is Symptom.CRASH and cpp_error:
+        text = f"generated C++ does not compile: {_raw_cpp_error(verdict.exc_message) or cpp_error}"
+    elif s is Symptom.CRASH:
         text = f"{_short_type(verdict.exc_type)}: {_first_line(verdict.exc_message)}"
     elif s is Symptom.EXCEPTION_MISMATCH:
         text = f"{_short_type(verdict.exc_type)} raised on one side only{on}"
@@ -137,6 +146,12 @@ def issue_title(verdict: Verdict, case: TestCase) -> str:
         text = f"{_SYMPTOM_WORDS.get(s, s.value)}{on}"
     title = f"{prefix} {text}"
     return title if len(title) <= TITLE_LIMIT else title[: TITLE_LIMIT - 1] + "…"
+
+
+def _raw_cpp_error(message: str | None) -> str | None:
+    """The first `error:` line as the compiler printed it (without the path in front)."""
+    m = re.search(r"\berror:\s*([^\n]+)", message or "")
+    return m.group(1).strip()[:160] if m else None
 
 
 def _short_type(name: str | None) -> str:

@@ -237,6 +237,10 @@ def _target_code(rt: ReproTarget) -> str:
                 warnings.simplefilter("ignore")
                 torch.onnx.export(model, args, buf, input_names=names, opset_version={ONNX_OPSET}, dynamo=False,
                                   do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+            import onnx
+
+            # the oracle's own check: a model the checker rejects is the exporter's fault, not the runtime's
+            onnx.checker.check_model(onnx.load_from_string(buf.getvalue()), full_check=True)
             return buf.getvalue()
 
 
@@ -487,9 +491,28 @@ def repro_describe(expected, actual, expected64):
     return "\\n".join(lines)
 
 
+def repro_shape_dtype(label, expected, actual):
+    """Shapes and dtypes first, as the oracle compares them (`same` would broadcast () against (1, 1))."""
+    exp_leaves, act_leaves = repro_leaves(expected), repro_leaves(actual)
+    if len(exp_leaves) != len(act_leaves):
+        return f"{label}: {len(act_leaves)} values instead of {len(exp_leaves)}"
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        if isinstance(e, torch.Tensor) != isinstance(a, torch.Tensor):
+            return f"{label}, leaf {i}: {type(a).__name__} instead of {type(e).__name__}"
+        if isinstance(e, torch.Tensor) and tuple(e.shape) != tuple(a.shape):
+            return f"{label}, leaf {i}: shape {tuple(a.shape)} instead of {tuple(e.shape)}"
+        if isinstance(e, torch.Tensor) and e.dtype != a.dtype:
+            return f"{label}, leaf {i}: dtype {a.dtype} instead of {e.dtype}"
+    return None
+
+
 def repro_compare(label, expected, actual, expected64):
     """None when `actual` is right by PyTorch's rules, else a description with numbers."""
     from torch._dynamo.utils import same
+
+    wrong_form = repro_shape_dtype(label, expected, actual)
+    if wrong_form is not None:
+        return wrong_form
 
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True)  # default tolerances for the dtype

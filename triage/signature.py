@@ -5,6 +5,8 @@
   paths gone) and the innermost compiler frames (wrappers skipped, no line numbers).
 - Wrong outputs (mismatch, nan_mismatch) have no location; they key on the canonical form of
   the (reduced) program: its operator sequence with dtypes (see canonical.py).
+- Stale state (the compiled run that kept its state disagrees with the one reset before every
+  call) keys on what changed between calls (rootcause.py), not on the operators that carried it.
 
 Both carry the target and the blame rung: the same message from Dynamo and from Inductor are
 two bugs. `similarity` breaks ties between signatures whose keys differ (clustering uses it to
@@ -20,13 +22,12 @@ from nnforge.core.signature import Signature
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.canonical import canonical_form, op_names
-from nnforge.triage.normalize import compiler_frames, headline, normalize_message
+from nnforge.triage.normalize import compiler_frames, normalize_message
+from nnforge.triage.rootcause import CRASH_LIKE, FRAMES_IN_KEY, STALE, crash_message, is_stale_state, stale_key
 
 __all__ = ["CRASH_LIKE", "OUTPUT_LIKE", "canonical_form", "is_crash_like", "signature_of", "similarity"]
 
-CRASH_LIKE = frozenset({Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM})
 OUTPUT_LIKE = frozenset({Symptom.MISMATCH, Symptom.NAN_MISMATCH})
-FRAMES_IN_KEY = 3
 
 
 def is_crash_like(symptom: Symptom | str) -> bool:
@@ -37,8 +38,11 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
     """The signature of `verdict` (on `case`, ideally already reduced)."""
     symptom = verdict.symptom
     ops = op_names(case)
+    if is_stale_state(verdict, case):
+        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
+                         key=stale_key(verdict, case), exc_type=verdict.exc_type, ops=ops)
     if symptom in CRASH_LIKE:
-        message = _crash_message(verdict)
+        message = crash_message(verdict)
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
         key = json.dumps([verdict.exc_type or "", message, list(frames)])
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=key,
@@ -49,12 +53,6 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
     # pass / invalid: not a bug; a key that still separates them by what was said
     return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
                      key=normalize_message(verdict.detail)[:200], ops=ops)
-
-
-def _crash_message(verdict: Verdict) -> str:
-    """Timeouts and deaths carry the runner's words ("exceeded 60 s"), not the compiler's: only
-    their normalised headline counts, which the normalisation makes constant."""
-    return headline(verdict.exc_message or "")
 
 
 def similarity(a: Signature, b: Signature) -> float:
@@ -68,6 +66,8 @@ def similarity(a: Signature, b: Signature) -> float:
         return 0.0
     if a.key == b.key and a.symptom == b.symptom and a.rung == b.rung:
         return 1.0
+    if STALE in (a.key[:len(STALE)], b.key[:len(STALE)]):  # a state change is no operator sequence
+        return 0.0
     rung = 1.0 if a.rung == b.rung else 0.5
     if is_crash_like(a.symptom):
         frames = _frame_overlap(a.frames, b.frames)

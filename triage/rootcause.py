@@ -1,0 +1,122 @@
+"""Root-cause keys: what a finding's bug is, independent of the program that happened to carry it.
+
+Two keys, one cheap and one exact:
+
+- `provisional_key(verdict, case)` is computed when a finding is recorded, before any
+  reduction: symptom, target, guilty rung, and for crashes the normalised error (the C++
+  compiler's first `error:` line when there is one) with the compiler's top frames, for stale
+  state what changed between calls, and otherwise the mutator category. Findings that share it
+  are presumed one bug: only the first few are reduced, the rest wait attached to their cluster.
+- The final signature (`triage.signature.signature_of`) is computed on the reduced case. For
+  stale state it is the state change itself, not the operators: a compiled module that keeps
+  its graph after an attribute changed is one bug whatever ops the programs hold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from nnforge.core.calls import CallStep
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+from nnforge.triage.normalize import compiler_frames, headline, normalize_message
+
+CRASH_LIKE = frozenset({Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM})
+FRAMES_IN_KEY = 3
+STALE = '["stale state"'  # how every stale-state key begins
+
+# g++/clang: "/tmp/x/cabc.cpp:12:34: error: 'tmp0_tail' was not declared in this scope"
+_CPP_ERROR = re.compile(r"^[^\n]*?\berror:\s*(?P<msg>[^\n]+)$", re.MULTILINE)
+_QUOTED_NAME = re.compile(r"[‘'`][A-Za-z_][\w:<>, ]*[’'`]")
+
+
+def compiler_error_line(message: str | None) -> str | None:
+    """The C/C++ compiler's first `error:` line, normalised (quoted names masked), or None."""
+    if not message or "error:" not in message:
+        return None
+    for m in _CPP_ERROR.finditer(message):
+        text = m.group("msg").strip()
+        if text and not text.lower().startswith(("command", "subprocess")):
+            return normalize_message(_QUOTED_NAME.sub("'<name>'", text))[:200]
+    return None
+
+
+def crash_message(verdict: Verdict) -> str:
+    """The part of a crash's message that names the bug: the C++ error when the compiler's
+    output holds one (a `CalledProcessError` headline names only the command), else the
+    normalised first line."""
+    return compiler_error_line(verdict.exc_message) or headline(verdict.exc_message or "")
+
+
+# -- state changes between calls ----------------------------------------------------------------------------
+def _value_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float, str)):
+        return type(value).__name__
+    if value is None:
+        return "None"
+    return "container" if isinstance(value, (list, dict, tuple)) else type(value).__name__
+
+
+def step_changes(prev: CallStep, step: CallStep) -> list[str]:
+    """What `step` changes relative to the call before it, as kinds (not names or values)."""
+    out: list[str] = []
+    for value in step.set_attrs.values():
+        out.append(f"attribute ({_value_kind(value)})")
+    for value in step.set_globals.values():
+        out.append(f"global ({_value_kind(value)})")
+    if step.mode is not None and step.mode != (prev.mode or "train"):
+        out.append("training flag")
+    if step.grad_enabled is not None and step.grad_enabled != prev.grad_enabled:
+        out.append("grad mode")
+    for change in step.inputs:
+        for field_name, label in (("shape", "input shape"), ("dtype", "input dtype"), ("layout", "input layout"),
+                                  ("requires_grad", "input requires_grad")):
+            if getattr(change, field_name) is not None:
+                out.append(label)
+    if step.reset_cache:
+        out.append("cache reset")
+    return out
+
+
+def state_changes(case: TestCase, verdict: Verdict) -> tuple[str, ...]:
+    """Every kind of state change from the first call up to the one that showed the bug."""
+    last = verdict.call_index if verdict.call_index is not None else len(case.calls) - 1
+    kinds: set[str] = set()
+    for i in range(1, min(last, len(case.calls) - 1) + 1):
+        kinds.update(step_changes(case.calls[i - 1], case.calls[i]))
+    return tuple(sorted(kinds))
+
+
+def is_stale_state(verdict: Verdict, case: TestCase) -> bool:
+    """The compiled run with state retained disagrees with the one reset before every call."""
+    return bool(verdict.stateful) and len(case.calls) > 1
+
+
+def stale_key(verdict: Verdict, case: TestCase) -> str:
+    changes = state_changes(case, verdict) or ("no visible change",)
+    return json.dumps(["stale state", list(changes)])
+
+
+# -- the provisional key -------------------------------------------------------------------------------------
+def provisional_key(verdict: Verdict, case: TestCase) -> str:
+    """The cheap key of an unreduced finding (see the module docstring)."""
+    head = [verdict.symptom.value, verdict.target, verdict.rung or ""]
+    if is_stale_state(verdict, case):
+        return json.dumps(head + [stale_key(verdict, case)])
+    if verdict.symptom in CRASH_LIKE:
+        frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
+        return json.dumps(head + [verdict.exc_type or "", crash_message(verdict), list(frames)])
+    category = str((case.meta or {}).get("category") or "seed") if isinstance(case.meta, dict) else "seed"
+    return json.dumps(head + ["category", category])
+
+
+def describe_state_change(case: TestCase, verdict: Verdict) -> str:
+    """'a float attribute changed' — for titles of stale-state bugs."""
+    changes = state_changes(case, verdict)
+    if not changes:
+        return "a later call"
+    return ", ".join(changes)
