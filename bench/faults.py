@@ -37,11 +37,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))
 
 import fault_hook  # noqa: E402
-from harness import NEAR_MISS, TRIGGERS, clean_env, planted, print_table, run_case  # noqa: E402
+from harness import NEAR_MISS, TRIGGERS, clean_env, lock_is_free, planted, print_table, run_case  # noqa: E402
 
 def reaches_child(fault: fault_hook.Fault) -> bool:
     """A child started as NNForge starts its workers (scrubbed env, temp cwd) has the fault applied."""
-    code = (f"import sys, {fault.module}, fault_hook; "
+    code = (f"import sys, torch._dynamo, {fault.module}, fault_hook; "
             f"sys.exit(0 if {fault.name!r} in fault_hook.planted_in({fault.module!r}) else 1)")
     with planted([fault.name]), tempfile.TemporaryDirectory() as cwd:
         p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=clean_env(), capture_output=True, text=True,
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if verb == "check":
         return cmd_check(rest)
+    if verb in ("on", "off") and not lock_is_free():
+        print("a benchmark run holds bench/faults/.lock: planting by hand now would change its faults", file=sys.stderr)
+        return 2
     if verb == "on":
         fault_hook.install_pth()
         fault_hook.write_active(rest)

@@ -177,7 +177,41 @@ def ladder_line(verdict: Verdict) -> str:
     return " → ".join(parts) if parts else f"**`{verdict.rung}` {verdict.symptom.value}**"
 
 
+_COLLECT_ENV: list[str] = []
+
+
+def collect_env_text() -> str:
+    """`python -m torch.utils.collect_env`'s report, as PyTorch's bug template asks for (once per
+    process: it runs a few commands)."""
+    if not _COLLECT_ENV:
+        try:
+            from torch.utils.collect_env import get_pretty_env_info
+
+            _COLLECT_ENV.append(get_pretty_env_info().strip())
+        except Exception as e:  # a broken environment still gets the short block
+            _COLLECT_ENV.append(f"(torch.utils.collect_env failed: {type(e).__name__}: {e})")
+    return _COLLECT_ENV[0]
+
+
+def _other_runtime_versions(verdict: Verdict) -> list[str]:
+    """onnx / onnxruntime / tvm versions where the target goes through them."""
+    names = {"ort": ("onnx", "onnxruntime"), "tvm": ("onnx", "tvm")}.get(verdict.target.split(":")[0], ())
+    out = []
+    for name in names:
+        try:
+            mod = __import__(name)
+            out.append(f"{name} {getattr(mod, '__version__', '?')}")
+        except Exception:
+            continue
+    return out
+
+
 def versions_block(verdict: Verdict) -> str:
+    """The versions the run recorded, then collect_env's report (PyTorch's template asks for it)."""
+    return short_versions(verdict) + "\n\n" + collect_env_text()
+
+
+def short_versions(verdict: Verdict) -> str:
     """The versions the run recorded (the worker's torch and each rung's system), plus Python."""
     lines = [f"python {platform.python_version()} ({platform.platform()})"]
     torch_version = verdict.versions.get("torch")
@@ -193,6 +227,16 @@ def versions_block(verdict: Verdict) -> str:
             lines.append(f"torch {torch.__version__}")
         except ImportError:
             pass
+    lines += [v for v in _other_runtime_versions(verdict) if v not in lines]
+    return "\n".join(lines)
+
+
+def traceback_text(verdict: Verdict) -> str:
+    """The crash's frames (outermost first) and its message, as Python prints a traceback."""
+    lines = ["Traceback (most recent call last):"]
+    for f in verdict.frames:
+        lines.append(f'  File "{f.file}", line {f.line}, in {f.function}')
+    lines.append(f"{verdict.exc_type or 'Error'}: {verdict.exc_message or ''}".rstrip())
     return "\n".join(lines)
 
 
@@ -254,12 +298,18 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
     size = ""
     if reduction:
         b, a = reduction.get("before", {}), reduction.get("after", {})
-        if b and a:
+        if b and a and (b.get("ops"), b.get("lines")) == (a.get("ops"), a.get("lines")):
+            size = f"The fuzzer's reduction could not make it smaller than {a.get('ops')} operators / {a.get('lines')} lines."
+        elif b and a:
             size = (f"The fuzzer's case was reduced from {b.get('ops')} operators / {b.get('lines')} lines to "
                     f"{a.get('ops')} operators / {a.get('lines')} lines.")
     program_block = "```python\n" + case.program.strip() + "\n```"
-    repro_block = ("<details><summary>repro.py: the program with its values, the target and the comparison "
-                   "(needs only what its header says)</summary>\n\n```python\n" + repro.rstrip() + "\n```\n\n</details>")
+    repro_block = (f"The full repro is attached as `repro.py` ({len(repro.splitlines())} lines: the program with its "
+                   f"values, the target and the comparison; it needs only what its header says).")
+    trace_block = ""
+    if verdict.symptom in (Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT) and (verdict.frames or verdict.exc_message):
+        trace_block = ("<details><summary>Full traceback</summary>\n\n```\n" + traceback_text(verdict).rstrip()
+                       + "\n```\n\n</details>")
     found = "Found by NNForge (a fuzzer for deep-learning compilers)" + (
         f"; cluster `{cluster_id}`, {count} finding{'s' if count != 1 else ''} so far" if cluster_id else "") + "."
     parts = [
@@ -267,12 +317,13 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         "### 🐛 Describe the bug",
         sentence,
         blame,
-        "The program" + (" (reduced by the fuzzer; " + size[0].lower() + size[1:].rstrip(".") + ")" if size else "") + ":",
+        "The program" + (" (" + size[0].lower() + size[1:].rstrip(".") + ")" if size else "") + ":",
         program_block,
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
         repro_block,
         "### Observed vs expected",
         observed_section(verdict),
+    ] + ([trace_block] if trace_block else []) + [
         "### Versions",
         "```\n" + versions_block(verdict) + "\n```",
         "Suggested labels: " + (", ".join(f"`{lb}`" for lb in labels) if labels else "(none)"),

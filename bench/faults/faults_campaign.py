@@ -85,7 +85,6 @@ def surfaced_clusters(folder: Path) -> tuple[list[tuple[str, float | None]], set
 def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], limit: int) -> tuple[int, int, int, int]:
     """(findings, rerun, triggered, triggered outside `exclude` clusters)."""
     from nnforge.core.testcase import TestCase
-    from nnforge.core.verdict import Symptom
     from nnforge.oracle.oracle import Oracle
     from nnforge.oracle.sandbox import WorkerPool
 
@@ -108,7 +107,7 @@ def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], lim
             bugs = []
             for case, target, _ in cases:
                 r = Oracle(pool, [target]).check(case)
-                bugs.append(r.symptom not in (Symptom.PASS, Symptom.INVALID, Symptom.UNSUPPORTED))
+                bugs.append(r.symptom.is_bug)
             verdicts[on] = bugs
     triggered = [i for i in range(len(cases)) if verdicts[True][i] and not verdicts[False][i]]
     left = [i for i in triggered if cases[i][2] not in exclude]
@@ -134,8 +133,11 @@ def judge(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> Fa
             res.found_clusters.append(cid)
             if res.first_found_min is None and first_s is not None:
                 res.first_found_min = first_s / 60.0
-    res.findings, res.rerun, res.triggered, res.left_out = rerun_findings(
-        fault, folder, set(res.found_clusters), args.max_rerun)
+    try:
+        res.findings, res.rerun, res.triggered, res.left_out = rerun_findings(
+            fault, folder, set(res.found_clusters), args.max_rerun)
+    except Exception as e:  # the table still gets this fault's row
+        res.note = f"reruns failed: {type(e).__name__}: {e}"
     if not res.found:
         res.note = ("never triggered in the reruns" if res.triggered == 0 else "triggered but not surfaced")
     return res

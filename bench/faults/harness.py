@@ -32,6 +32,19 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in scrubbed_environ().items() if not k.startswith("NNFORGE_")}
 
 
+def lock_is_free() -> bool:
+    """No benchmark run is planting faults right now."""
+    import fcntl
+
+    with open(FAULTS_DIR / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return True
+
+
 class planted:
     """`with planted(["f"]):` — the faults named are on for every process started inside.
 

@@ -137,7 +137,7 @@ def _iter_restart(lists: Any) -> None:
 
 # -- side effects ------------------------------------------------------------------------------------------
 @plant("dynamo_module_int_setattr_not_replayed", layer="dynamo side effects", module="torch._dynamo.side_effects",
-       symptom="stale",
+       symptom="mismatch",
        summary="storing a new int into an existing int attribute of an nn.Module is traced but not written back after the graph")
 def _int_setattr(side_effects: Any) -> None:
     cls = side_effects.SideEffects

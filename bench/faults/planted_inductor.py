@@ -46,13 +46,7 @@ def _amax_zero_init(lowering: Any) -> None:
         return amax
 
     _replace_lowering(lowering, aten.amax, make)
-    orig_reduce = lowering.reduce_amax  # max.dim and max() reach the reduction through this name
-
-    def reduce_amax(x: Any, *args: Any, **kwargs: Any) -> Any:
-        out = orig_reduce(x, *args, **kwargs)
-        return clamp_min(out, 0) if _is_small_int(x) else out
-
-    lowering.reduce_amax = reduce_amax
+    lowering.reduce_amax = make(lowering.reduce_amax)  # max.dim and max() reach the reduction through this name
 
 
 @plant("inductor_int_remainder_trunc", layer="inductor lowering", module="torch._inductor.lowering",
