@@ -98,7 +98,27 @@ def triage_findings(store: Store, pool: Any, campaign_dir: Path, *, settings: Se
             outcomes.append(TriageOutcome(finding.finding_id, finding.case_id, finding.target,
                                           error=f"{type(e).__name__}: {e}"))
             log(f"finding {finding.finding_id}: triage failed: {type(e).__name__}: {e}")
+    if verify:
+        verify_unchecked(store, campaign_dir, log=log)
     return outcomes
+
+
+def verify_unchecked(store: Store, campaign_dir: Path, log: Callable[[str], None] = lambda s: None) -> int:
+    """Run the repro of every cluster not checked yet (a campaign that ended mid-check leaves some)."""
+    from nnforge.core.verdict import Symptom
+    from nnforge.triage.pipeline import MISMATCH_RUNS, verify_repro
+
+    n = 0
+    for c in store.clusters():
+        repro = cluster_folder(campaign_dir, c.cluster_id) / "repro.py"
+        if c.repro_status != "unchecked" or not repro.is_file():
+            continue
+        symptom = Symptom(c.signature.symptom)
+        check = verify_repro(repro, symptom, runs=MISMATCH_RUNS if symptom is Symptom.MISMATCH else 1)
+        store.set_repro_status(c.cluster_id, check.status, check.detail)
+        log(f"cluster {c.cluster_id}: repro {check.status} ({check.detail})")
+        n += 1
+    return n
 
 
 # -- the command ------------------------------------------------------------------------------------------------------

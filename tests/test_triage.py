@@ -274,7 +274,9 @@ def test_reduced_repro_fails_in_a_fresh_process_with_the_fault_and_passes_on_hea
     draft = draft_report(checked.case, perturb, repro=scripts["perturb_faulty"], cluster_id="abc", count=3)
     body = draft.body
     assert body.startswith(f"# {draft.title}") and "wrong result" in draft.title
-    assert scripts["perturb_faulty"].rstrip() in body
+    # the minimal program inline; the long repro attached as a file, not pasted
+    assert checked.case.program.strip() in body
+    assert scripts["perturb_faulty"].rstrip() not in body and "attached as `repro.py`" in body
     assert f"{perturb.max_abs_err:.6g}" in body and f"{perturb.fp64_rmse_actual:.6g}" in body
     assert "**`faulty_perturb` mismatch**" in body and "`dynamo` pass" in body
     assert f"torch {perturb.versions['torch']}" in body
@@ -285,7 +287,7 @@ def test_reduced_repro_fails_in_a_fresh_process_with_the_fault_and_passes_on_hea
     prose = body.replace("Compiling this model", "When this model is compiled")
     assert accept_rewrite(body, prose)
     assert not accept_rewrite(body, body.replace(f"{perturb.max_abs_err:.6g}", "0.01"))
-    assert not accept_rewrite(body, body.replace(scripts["perturb_faulty"].rstrip(), "print('hi')"))
+    assert not accept_rewrite(body, body.replace(checked.case.program.strip(), "print('hi')"))
     assert rewrite_prose(draft, load_settings(llm_provider="none")) == draft  # no LLM: the template stands
 
 

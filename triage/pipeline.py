@@ -40,6 +40,7 @@ REDUCED_SUBDIR = "reduced"
 FINDINGS_SUBDIR = "findings"
 REPRO_TIMEOUT_S = 300.0
 REPRO_MEMORY_MB = 8192
+MISMATCH_RUNS = 3  # a wrong result must show in every one of this many fresh runs
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class TriageConfig:
     use_llm: bool = False
     per_key: int = 2  # findings of one provisional key that are reduced before the rest attach
     verify: bool = True  # run repro.py in a fresh process after writing it
-    verify_runs_mismatch: int = 3
+    verify_runs_mismatch: int = MISMATCH_RUNS
 
 
 @dataclass(frozen=True)

@@ -91,9 +91,9 @@ def _hardtanh(decomp: Any) -> None:
 
     aten = torch.ops.aten
 
+    orig = decomp.decompositions[aten.hardtanh.default]
+
     def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Any:
-        if min_val == 0:
-            max_val = 6.0
-        return torch.clamp(x, min_val, max_val)
+        return orig(x, min_val, 6.0 if min_val == 0 else max_val)  # everything else as the real decomposition
 
     decomp.decompositions[aten.hardtanh.default] = hardtanh
