@@ -26,10 +26,10 @@ def nnforge_exe() -> str:
 
 
 def clean_env() -> dict[str, str]:
-    """What a repro gets: no secrets, no NNForge settings that change its path."""
-    from nnforge.oracle.sandbox import scrubbed_environ
+    """What a repro gets: the environment triage itself runs repro.py in."""
+    from nnforge.triage.pipeline import repro_environment
 
-    return {k: v for k, v in scrubbed_environ().items() if not k.startswith("NNFORGE_")}
+    return repro_environment()
 
 
 def lock_is_free() -> bool:
