@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="folder for the campaigns (default: a temp folder)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows of faults already judged under --out with the same budget and targets")
     ap.add_argument("--max-rerun", type=int, default=40,
                     help="findings per campaign rerun with and without the fault (default 40)")
     args = ap.parse_args(argv)
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         fault_hook.uninstall_pth()
         print("no fault planted")
         return 0
+    if args.resume and args.out is None:
+        ap.error("--resume needs --out: the folder of the run to resume")
     from faults_campaign import run_benchmark  # the campaign half, kept apart
 
     names = sorted(faults) if verb == "all" else args.what

@@ -47,10 +47,22 @@ def site_dir(tmp_path: Path) -> Path:
 
 
 def test_planted_fault_patches_the_compiler_in_a_fresh_interpreter(site_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "active.json").write_text(json.dumps({"faults": ["inductor_vec_floor_trunc"]}))
+    log = tmp_path / "fired.log"
+    fault_hook.write_active(["inductor_vec_floor_trunc"], tmp_path / "active.json", fired_log=log)
     got = _child(site_dir)
     assert got["floor"] == "v.trunc()"
     assert got["applied"] == {"torch._inductor.codegen.cpp": ["inductor_vec_floor_trunc"]}
+    # the child took the wrong branch once (one floor emitted), and said so in the fired log
+    assert fault_hook.fired_counts(log) == {"inductor_vec_floor_trunc": 1}
+
+
+def test_a_fault_that_never_takes_its_wrong_branch_logs_nothing(site_dir: Path, tmp_path: Path) -> None:
+    log = tmp_path / "fired.log"
+    fault_hook.write_active(["inductor_atan2_scalar_cpp"], tmp_path / "active.json", fired_log=log)
+    got = _child(site_dir)  # emits a vectorised floor only: atan2 is patched but never reached
+    assert got["applied"] == {"torch._inductor.codegen.cpp": ["inductor_atan2_scalar_cpp"]}
+    assert got["floor"] == "v.floor()"
+    assert fault_hook.fired_counts(log) == {}
 
 
 def test_without_the_activation_file_nothing_is_imported_or_patched(site_dir: Path) -> None:

@@ -91,16 +91,62 @@ def read_active(path: Path = ACTIVE_FILE) -> list[str]:
     return [str(n) for n in names]
 
 
-def write_active(names: list[str], path: Path = ACTIVE_FILE) -> None:
+def write_active(names: list[str], path: Path = ACTIVE_FILE, fired_log: Path | None = None) -> None:
+    """Turn `names` on for every process started from now on; `fired_log` collects their firings."""
     if not names:
         path.unlink(missing_ok=True)
         return
     unknown = set(names) - set(load_catalogue())
     if unknown:
         raise KeyError(f"unknown faults: {sorted(unknown)}")
+    data: dict[str, object] = {"faults": list(names)}
+    if fired_log is not None:
+        data["fired_log"] = str(Path(fired_log).resolve())
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"faults": list(names)}))
+    tmp.write_text(json.dumps(data))
     tmp.replace(path)
+
+
+# -- firing: did the faulty path run at all? ---------------------------------------------------------------
+# A missed fault is missed for one of three reasons: no test ever reached its trigger condition,
+# tests reached it but were judged pass, or they failed and triage did not surface them. Each
+# fault calls `fired(name)` where it takes its wrong branch, and the line goes to the log the
+# activation file names, so the benchmark can tell the first reason from the other two.
+_FIRED_LOG: list[str] = []
+_FIRED_CAP = 10_000  # per process: a fault in a hot path must not fill the disk
+_fired_count: dict[str, int] = {}
+
+
+def fired(name: str) -> None:
+    """Record that fault `name` just took its wrong branch (a no-op without a log)."""
+    if not _FIRED_LOG:
+        return
+    n = _fired_count.get(name, 0)
+    if n >= _FIRED_CAP:
+        return
+    _fired_count[name] = n + 1
+    try:
+        fd = os.open(_FIRED_LOG[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{name}\t{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:  # a sandbox that cannot write there loses counts, never the run
+        pass
+
+
+def fired_counts(log: Path) -> dict[str, int]:
+    """Times each fault fired, read back from a fired log (empty when none fired)."""
+    counts: dict[str, int] = {}
+    try:
+        lines = Path(log).read_text().splitlines()
+    except FileNotFoundError:
+        return counts
+    for line in lines:
+        name = line.split("\t", 1)[0]
+        if name:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def pth_line(active_file: Path = ACTIVE_FILE) -> str:
@@ -200,6 +246,12 @@ def boot(active_file: str | os.PathLike = ACTIVE_FILE) -> list[str]:
     names = read_active(Path(active_file))
     if not names:
         return []
+    try:
+        log = json.loads(Path(active_file).read_text()).get("fired_log")
+    except (OSError, ValueError):
+        log = None
+    if log:
+        _FIRED_LOG.append(str(log))
     faults = load_catalogue()
     chosen = [faults[n] for n in names if n in faults]
     for f in chosen:

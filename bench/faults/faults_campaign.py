@@ -6,6 +6,12 @@ fault caused is counted apart: findings whose case reruns as a bug with the faul
 without, yet reached no surfaced cluster ("left out"). Those reruns use the case folder's own
 values (value search already chose them) in a warm worker pool per state, at most
 `--max-rerun` of them per campaign, picked evenly over the campaign.
+
+A missed fault gets its reason: never generated (the fault's wrong branch never ran: every
+fault records its firings in a log named by the activation file), generated but judged pass (it
+fired, yet no rerun finding shows it), or found but not surfaced (findings show it, no listed
+cluster does). Each fault's row is written to `<out>/<fault>/result.json` as soon as it is
+judged, and `--resume` keeps the rows already there for the same budget and targets.
 """
 
 from __future__ import annotations
@@ -37,7 +43,17 @@ class FaultResult:
     rerun: int = 0
     triggered: int = 0  # of the reruns: bug with the fault, pass without
     left_out: int = 0  # of those: in no surfaced cluster
+    fired: int = 0  # times the fault's wrong branch ran during the campaign
     note: str = ""
+
+    def miss_reason(self) -> str:
+        if self.found:
+            return ""
+        if self.fired == 0:
+            return "never generated"
+        if self.triggered == 0:
+            return f"generated but judged pass (none of {self.rerun} findings rerun shows it)"
+        return "found but not surfaced"
 
     @property
     def found(self) -> bool:
@@ -46,8 +62,9 @@ class FaultResult:
     def row(self) -> tuple:
         left = f"{self.left_out} of {self.triggered} triggered ({self.rerun}/{self.findings} rerun)"
         first = "-" if self.first_found_min is None else f"{self.first_found_min:.1f}"
-        return (self.fault.name, self.fault.layer, "yes" if self.found else "no", first, self.tests,
-                f"{len(self.found_clusters)}/{self.clusters}", left, self.note)
+        note = "; ".join(n for n in (self.miss_reason(), self.note) if n)
+        return (self.fault.name, self.fault.layer, "yes" if self.found else "no", first, self.tests, self.fired,
+                f"{len(self.found_clusters)}/{self.clusters}", left, note)
 
 
 def run_repro(repro: Path, faults: list[str]) -> int:
@@ -66,9 +83,14 @@ def run_campaign(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace
     cmd = [nnforge_exe(), "campaign", "--budget", f"{args.minutes * 60:.0f}s", "--targets", targets,
            "--workers", str(args.workers), "--llm", "none", "--seed", str(args.seed), "--plain", "-o", str(folder)]
     log = folder.with_suffix(".log")
-    with planted([fault.name]), open(log, "w") as out:
+    fired_log(folder).unlink(missing_ok=True)
+    with planted([fault.name], fired_log=fired_log(folder)), open(log, "w") as out:
         p = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=clean_env())
     return p.returncode
+
+
+def fired_log(folder: Path) -> Path:
+    return folder.with_suffix(".fired")
 
 
 def surfaced_clusters(folder: Path) -> tuple[list[tuple[str, float | None]], set[str]]:
@@ -116,6 +138,7 @@ def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], lim
 
 def judge(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> FaultResult:
     res = FaultResult(fault, folder)
+    res.fired = fault_hook.fired_counts(fired_log(folder)).get(fault.name, 0)
     try:
         db = sqlite3.connect(folder / "store.sqlite")
         res.tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
@@ -138,18 +161,37 @@ def judge(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> Fa
             fault, folder, set(res.found_clusters), args.max_rerun)
     except Exception as e:  # the table still gets this fault's row
         res.note = f"reruns failed: {type(e).__name__}: {e}"
-    if not res.found:
-        res.note = ("never triggered in the reruns" if res.triggered == 0 else "triggered but not surfaced")
     return res
+
+
+HEADER = ("fault", "layer", "found", "minutes to first", "tests", "fired", "clusters showing it",
+          "findings left out", "why missed / note")
+
+
+def _stored_row(folder: Path, args: argparse.Namespace, fault: fault_hook.Fault) -> tuple | None:
+    """The row a previous run judged for this fault with the same budget and targets, if any."""
+    try:
+        data = json.loads((folder / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("minutes") != args.minutes or data.get("targets") != (args.targets or fault.target) \
+            or len(data.get("row", ())) != len(HEADER):
+        return None
+    return tuple(data["row"])
 
 
 def run_benchmark(faults: list[fault_hook.Fault], args: argparse.Namespace) -> int:
     root = args.out or Path(tempfile.mkdtemp(prefix="nnforge-faults-"))
     root.mkdir(parents=True, exist_ok=True)
-    results = []
+    rows: list[tuple] = []
     print(f"{len(faults)} fault(s), {args.minutes:g} min each, campaigns under {root}", flush=True)
     for i, fault in enumerate(faults, 1):
         folder = root / fault.name
+        stored = _stored_row(folder, args, fault) if getattr(args, "resume", False) else None
+        if stored is not None:
+            print(f"[{i}/{len(faults)}] {fault.name}: kept from {folder / 'result.json'}", flush=True)
+            rows.append(stored)
+            continue
         if folder.exists():
             shutil.rmtree(folder)
         t0 = time.time()
@@ -158,12 +200,14 @@ def run_benchmark(faults: list[fault_hook.Fault], args: argparse.Namespace) -> i
         res = judge(fault, folder, args)
         if rc != 0:
             res.note = (res.note + f"; campaign exit {rc}").strip("; ")
-        results.append(res)
-        print(f"    found: {'yes' if res.found else 'no'}; {res.tests} tests; clusters {len(res.found_clusters)}/"
-              f"{res.clusters} show it; {time.time() - t0:.0f} s", flush=True)
-        (root / "results.json").write_text(json.dumps([r.row() for r in results], indent=1))
-    print_table(("fault", "layer", "found", "minutes to first", "tests", "clusters showing it",
-                 "findings left out", "note"), [r.row() for r in results])
-    found = sum(r.found for r in results)
-    print(f"\nrecall: {found}/{len(results)} faults found in {args.minutes:g} min each")
+        rows.append(res.row())
+        (folder / "result.json").write_text(json.dumps(
+            {"minutes": args.minutes, "targets": args.targets or fault.target, "seed": args.seed,
+             "found_clusters": res.found_clusters, "row": list(res.row())}, indent=1))
+        print(f"    found: {'yes' if res.found else 'no'}; {res.tests} tests; fired {res.fired}; clusters "
+              f"{len(res.found_clusters)}/{res.clusters} show it; {time.time() - t0:.0f} s", flush=True)
+        (root / "results.json").write_text(json.dumps({"header": HEADER, "rows": rows}, indent=1))
+    print_table(HEADER, rows)
+    found = sum(r[2] == "yes" for r in rows)
+    print(f"\nrecall: {found}/{len(rows)} faults found in {args.minutes:g} min each")
     return 0

@@ -52,8 +52,9 @@ class planted:
     planting each other's faults: the second waits.
     """
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], fired_log: Path | None = None):
         self.names = list(names)
+        self.fired_log = fired_log
         self._lock = None
 
     def __enter__(self) -> "planted":
@@ -62,7 +63,7 @@ class planted:
         self._lock = open(FAULTS_DIR / ".lock", "w")
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         fault_hook.install_pth()
-        fault_hook.write_active(self.names)
+        fault_hook.write_active(self.names, fired_log=self.fired_log)
         return self
 
     def __exit__(self, *exc: object) -> None:

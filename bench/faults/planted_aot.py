@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fault_hook import plant
+from fault_hook import fired, plant
 
 
 def _dynamo_skips(fn: Any) -> Any:
@@ -33,6 +33,7 @@ def _nograd_mutation(gcw: Any) -> None:
         if (input_info.mutates_data and input_info.mutations_under_no_grad_or_inference_mode
                 and not input_info.mutations_hidden_from_autograd and not input_info.mutates_storage_metadata
                 and not input_info.mutation_inductor_storage_resize):
+            fired("aot_nograd_input_mutation_dropped")
             return  # the no_grad branch forgets its copy_
         orig(input_info, inpt_old, inpt_new, *args, **kwargs)
 
@@ -58,6 +59,7 @@ def _tangent_restride(graph_compile: Any) -> None:
                 and x.shape == size and tuple(x.stride()) != tuple(stride) and x.is_contiguous()
                 and x.dim() >= 2 and 0 not in stride
                 and sum((n - 1) * s for n, s in zip(size, stride)) == x.numel() - 1):  # a dense permutation
+            fired("aot_tangent_restride_no_copy")
             return x.as_strided(size, stride, x.storage_offset())  # a view, where a copy was needed
         return orig(x, memory_format)
 

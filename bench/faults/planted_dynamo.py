@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from fault_hook import plant
+from fault_hook import fired, plant
 
 
 def _const(vt: Any) -> Any:
@@ -44,6 +44,7 @@ def _float_attr_guard(guards: Any) -> None:
     @functools.wraps(orig)
     def EQUALS_MATCH(self: Any, guard: Any, recompile_hint: str | None = None) -> None:
         if type(self.get(guard)) is float and _module_attr(guard.originating_source):
+            fired("dynamo_module_float_attr_unguarded")
             return
         return orig(self, guard, recompile_hint)
 
@@ -59,6 +60,7 @@ def _training_guard(guards: Any) -> None:
     @functools.wraps(orig)
     def BOOL_MATCH(self: Any, guard: Any) -> None:
         if self.get(guard) is True and _module_attr(guard.originating_source, "training"):
+            fired("dynamo_training_flag_unguarded")
             return
         return orig(self, guard)
 
@@ -76,6 +78,7 @@ def _sorted_reverse(builtin: Any) -> None:
     def call_sorted(self: Any, tx: Any, obj: Any, **kwargs: Any) -> Any:
         key = kwargs.get("key")
         if key is not None and not key.is_constant_none() and "reverse" in kwargs:
+            fired("dynamo_sorted_key_drops_reverse")
             kwargs = {k: v for k, v in kwargs.items() if k != "reverse"}
         return orig(self, tx, obj, **kwargs)
 
@@ -92,6 +95,7 @@ def _round_negative(builtin: Any) -> None:
     def call_round(self: Any, tx: Any, arg: Any, *args: Any, **kwargs: Any) -> Any:
         nd = _const(args[0]) if args else _const(kwargs["ndigits"]) if "ndigits" in kwargs else None
         if type(nd) is int and nd < 0 and type(_const(arg)) is float:
+            fired("dynamo_round_negative_ndigits_assert")
             raise AssertionError(f"round(): expected ndigits >= 0 for a float, got {nd}")
         return orig(self, tx, arg, *args, **kwargs)
 
@@ -111,6 +115,7 @@ def _list_pop(lists: Any) -> None:
         if name == "pop" and isinstance(self, lists.ListVariable) and len(args) == 1 and not kwargs:
             i = _const(args[0])
             if type(i) is int and 0 <= i < len(self.items) - 1:
+                fired("dynamo_list_pop_index_ignored")
                 args = []
         return orig(self, tx, name, args, kwargs)
 
@@ -128,6 +133,7 @@ def _iter_restart(lists: Any) -> None:
     @functools.wraps(orig)
     def unpack_var_sequence(self: Any, tx: Any) -> Any:
         if self.index > 0 and not self.is_exhausted:
+            fired("dynamo_iter_unpack_restarts")
             self.is_exhausted = True
             return list(self.items)
         return orig(self, tx)
@@ -153,6 +159,7 @@ def _int_setattr(side_effects: Any) -> None:
                 continue
             for name, value in list(attrs.items()):
                 if type(getattr(var.value, name, None)) is int and type(_const(value)) is int:
+                    fired("dynamo_module_int_setattr_not_replayed")
                     dropped.append((attrs, name, value))
                     del attrs[name]
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fault_hook import plant
+from fault_hook import fired, plant
 
 
 def _replace_lowering(lowering: Any, op: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -42,7 +42,10 @@ def _amax_zero_init(lowering: Any) -> None:
     def make(orig: Callable[..., Any]) -> Callable[..., Any]:
         def amax(x: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(x, *args, **kwargs)
-            return clamp_min(out, 0) if _is_small_int(x) else out
+            if not _is_small_int(x):
+                return out
+            fired("inductor_int_amax_zero_init")
+            return clamp_min(out, 0)
         return amax
 
     _replace_lowering(lowering, aten.amax, make)
@@ -62,6 +65,7 @@ def _remainder_trunc(lowering: Any) -> None:
         def remainder(a: Any, b: Any) -> Any:
             if isinstance(a, lowering.TensorBox) and isinstance(b, lowering.TensorBox) \
                     and not a.get_dtype().is_floating_point and a.get_dtype() != torch.bool:
+                fired("inductor_int_remainder_trunc")
                 return fmod(a, b)
             return orig(a, b)
         return remainder
@@ -73,14 +77,22 @@ def _remainder_trunc(lowering: Any) -> None:
        symptom="mismatch",
        summary="the vectorised C++ kernel emits trunc() for floor(): negative non-integers are wrong only where the loop vectorises")
 def _vec_floor(cpp: Any) -> None:
-    cpp.CppVecOverrides.floor = staticmethod(lambda x: f"{x}.trunc()")
+    def floor(x: Any) -> str:
+        fired("inductor_vec_floor_trunc")
+        return f"{x}.trunc()"
+
+    cpp.CppVecOverrides.floor = staticmethod(floor)
 
 
 @plant("inductor_atan2_scalar_cpp", layer="inductor codegen", module="torch._inductor.codegen.cpp",
        symptom="crash",
        summary="the scalar C++ kernel's atan2 passes an undeclared variable: g++ fails on kernels too small to vectorise (fewer elements than one vector)")
 def _scalar_atan2(cpp: Any) -> None:
-    cpp.CppOverrides.atan2 = staticmethod(lambda x, y: f"std::atan2({x}, {y}_tail)")
+    def atan2(x: Any, y: Any) -> str:
+        fired("inductor_atan2_scalar_cpp")
+        return f"std::atan2({x}, {y}_tail)"
+
+    cpp.CppOverrides.atan2 = staticmethod(atan2)
 
 
 @plant("inductor_hardtanh_relu6_path", layer="inductor decomposition", module="torch._inductor.decomposition",
@@ -94,6 +106,9 @@ def _hardtanh(decomp: Any) -> None:
     orig = decomp.decompositions[aten.hardtanh.default]
 
     def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Any:
-        return orig(x, min_val, 6.0 if min_val == 0 else max_val)  # everything else as the real decomposition
+        if min_val == 0 and max_val != 6.0:
+            fired("inductor_hardtanh_relu6_path")
+            max_val = 6.0
+        return orig(x, min_val, max_val)  # everything else as the real decomposition
 
     decomp.decompositions[aten.hardtanh.default] = hardtanh

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fault_hook import plant
+from fault_hook import fired, plant
 
 
 def _wrap_converter(cls: Any, version: str, make: Any) -> None:
@@ -30,6 +30,8 @@ def _rank(expr: Any) -> int | None:
 def _leakyrelu(fe: Any) -> None:
     def make(orig: Any) -> Any:
         def impl(cls: Any, bb: Any, inputs: Any, attr: Any, params: Any) -> Any:
+            if "alpha" in attr and abs(float(attr["alpha"]) - 0.01) > 1e-6:
+                fired("tvm_leakyrelu_alpha_default")
             return orig(bb, inputs, {k: v for k, v in attr.items() if k != "alpha"}, params)
         return impl
 
@@ -46,6 +48,7 @@ def _concat(fe: Any) -> None:
             axis = attr.get("axis", 0)
             ndim = _rank(inputs[0]) if inputs else None
             if axis < 0 and ndim is not None and ndim >= 2:
+                fired("tvm_concat_neg_axis_off_by_one")
                 attr = {**attr, "axis": axis + ndim - 1}
             return orig(bb, inputs, attr, params)
         return impl
@@ -66,6 +69,7 @@ def _reducemax(fe: Any) -> None:
             ndim = _rank(inputs[0])
             if attr.get("keepdims", 1) != 0 or not axes or len(axes) < 2 or ndim is None:
                 return orig(bb, inputs, attr, params)
+            fired("tvm_reducemax_multi_axis_squeeze")
             out = bb.normalize(relax.op.max(inputs[0], list(axes), True))
             for axis in sorted(a % ndim for a in axes):
                 out = bb.normalize(relax.op.squeeze(out, [axis]))
@@ -94,6 +98,7 @@ def _pow_strength(pipeline: Any) -> None:
             value = matches[exponent].value.numpy()
             if value.ndim != 0 or float(value) != int(value) or not -4 <= int(value) <= -2:
                 return expr
+            fired("tvm_pipeline_pow_neg_exponent")
             x = matches[base]
             out = x
             for _ in range(-int(value) - 1):
