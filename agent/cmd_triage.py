@@ -117,6 +117,12 @@ def verify_unchecked(store: Store, campaign_dir: Path, log: Callable[[str], None
         check = verify_repro(repro, symptom, runs=MISMATCH_RUNS if symptom is Symptom.MISMATCH else 1)
         store.set_repro_status(c.cluster_id, check.status, check.detail)
         log(f"cluster {c.cluster_id}: repro {check.status} ({check.detail})")
+        if check.output:  # the report quotes what the script printed
+            try:
+                write_cluster_folder(store, campaign_dir, store.cluster(c.cluster_id), use_llm=False,
+                                     repro_output=check.output)
+            except Exception as e:
+                log(f"cluster {c.cluster_id}: report not rewritten: {type(e).__name__}: {e}")
         n += 1
     return n
 

@@ -78,6 +78,8 @@ class ArmRow:
     mean: float
     pulls: int
     rewards: int
+    clusters: int = 0  # clusters whose first finding came from a test of this arm
+    listed: int = 0  # of those, the ones listed as bugs (repro reproduced)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
-        scheduler=_scheduler(db), timeline_source=source, series=series, compiler=_compiler_reasons(db),
+        scheduler=_scheduler(db, clusters), timeline_source=source, series=series, compiler=_compiler_reasons(db),
         waiting=_waiting(db))
 
 
@@ -418,10 +420,28 @@ def _series(db: _Db, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ..
     return series, "tests"
 
 
-def _scheduler(db: _Db) -> SchedulerView | None:
+def _clusters_by_arm(db: _Db, clusters: tuple[ClusterRow, ...]) -> dict[str, tuple[int, int]]:
+    """arm -> (clusters it found first, of those listed): what each arm was really worth."""
+    if "findings" not in db.tables or "arm" not in db.cols("tests") or "signature_digest" not in db.cols("findings"):
+        return {}
+    listed = {c.cluster_id for c in clusters if c.listed}
+    out: dict[str, list[int]] = {}
+    rows = db.rows("SELECT f.signature_digest AS cid, t.arm AS arm FROM findings f JOIN tests t "
+                   "ON t.case_id = f.case_id AND t.target = f.target WHERE f.signature_digest IS NOT NULL "
+                   "AND f.finding_id = (SELECT MIN(g.finding_id) FROM findings g "
+                   "WHERE g.signature_digest = f.signature_digest)")
+    for r in rows:
+        counts = out.setdefault(str(r["arm"] or ""), [0, 0])
+        counts[0] += 1
+        counts[1] += int(r["cid"] in listed)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _scheduler(db: _Db, clusters: tuple[ClusterRow, ...] = ()) -> SchedulerView | None:
     data = db.meta_json(_SCHEDULER_KEYS)
     if not isinstance(data, dict):
         return None
+    found = _clusters_by_arm(db, clusters)
     arms = []
     raw = data.get("arms") or {}
     for key, vals in (raw.items() if isinstance(raw, dict) else []):
@@ -436,8 +456,9 @@ def _scheduler(db: _Db) -> SchedulerView | None:
         except (TypeError, ValueError):
             continue
         mean = alpha / (alpha + beta) if alpha + beta > 0 else 0.0
+        n_found, n_listed = found.get(str(key), (0, 0))
         arms.append(ArmRow(arm=str(key), source=parts[0], category=parts[1], target=parts[2], alpha=alpha, beta=beta,
-                           mean=mean, pulls=pulls, rewards=rewards))
+                           mean=mean, pulls=pulls, rewards=rewards, clusters=n_found, listed=n_listed))
     arms.sort(key=lambda a: (-a.mean, -a.pulls, a.arm))
     settings = {k: v for k, v in data.items() if k not in ("arms", "seen", "rng", "policy")}
     seen = data.get("seen")

@@ -263,10 +263,11 @@ def _scheduler_section(view: CampaignView) -> str:
     if sched.arms:
         pulled = [a for a in sched.arms if a.pulls > 0]
         rest = [a for a in sched.arms if a.pulls == 0]
-        rows = [[a.source, a.category, a.target, a.pulls, a.rewards, f"{a.alpha:.2f}", f"{a.beta:.2f}", f"{a.mean:.3f}"]
-                for a in pulled]
-        out.append(_table(["source", "category", "target", "pulls", "rewards", "alpha", "beta", "mean reward"], rows,
-                          numeric={3, 4, 5, 6, 7}) if rows else '<p class="muted">no arm pulled yet</p>')
+        rows = [[a.source, a.category, a.target, a.pulls, a.rewards, a.clusters, a.listed, f"{a.alpha:.2f}",
+                 f"{a.beta:.2f}", f"{a.mean:.3f}"] for a in pulled]
+        out.append(_table(["source", "category", "target", "tests", "rewards", "clusters found", "listed", "alpha",
+                           "beta", "mean reward"], rows,
+                          numeric={3, 4, 5, 6, 7, 8, 9}) if rows else '<p class="muted">no arm pulled yet</p>')
         if rest:
             out.append(f"<details><summary>{len(rest)} arms not pulled yet</summary>"
                        + _table(["source", "category", "target", "alpha", "beta", "mean reward"],

@@ -145,9 +145,14 @@ def render_summary(view: CampaignView) -> str:
         lines.append("")
         arms = sorted(sched.arms, key=lambda a: (-a.pulls, -a.mean, a.arm))[:MAX_ARMS]
         if arms:
-            lines += _table(["arm (source / category / target)", "pulls", "rewards", "alpha", "beta", "mean reward"],
-                            [[f"{a.source} / {a.category} / {a.target}", a.pulls, a.rewards, f"{a.alpha:.2f}",
-                              f"{a.beta:.2f}", f"{a.mean:.3f}"] for a in arms])
+            lines.append("A test earns its arm a reward only for a behaviour not seen before; a finding whose "
+                         "root cause is already known earns nothing. Clusters are counted for the arm whose test "
+                         "found them first.")
+            lines.append("")
+            lines += _table(["arm (source / category / target)", "tests", "rewards", "clusters found", "listed",
+                             "mean reward"],
+                            [[f"{a.source} / {a.category} / {a.target}", a.pulls, a.rewards, a.clusters, a.listed,
+                              f"{a.mean:.3f}"] for a in arms])
             if len(sched.arms) > MAX_ARMS:
                 lines.append(f"\n({len(sched.arms) - MAX_ARMS} more arms, fewer pulls; all in report.html)")
 

@@ -112,7 +112,9 @@ def test_summary_lists_campaign_figures_clusters_yield_and_scheduler(tmp_path: P
     assert "| dtype_promotion | 10 | 3 | 30.0% | 2 | 0.0% |" in text
     assert "| seed | 10 | 1 | 10.0% | 1 | 20.0% |" in text
     assert "| inductor | 10 | 7 | 2 | 1 |" in text  # verdicts per target: tests, pass, crash, mismatch
-    assert "| generator / dtype_promotion / inductor | 10 | 3 |" in text  # the scheduler's arm state
+    # the scheduler's arm state: tests, rewards, clusters the arm found first, of those listed
+    assert "| generator / dtype_promotion / inductor | 10 | 3 | 2 | 2 |" in text
+    assert "| generator / seed / ort | 10 | 1 | 1 | 0 |" in text
     assert "thompson-beta" in text
     assert "first 1000 MB, last 1100 MB, max 1300 MB" in text
     assert "**worker restarts**: 2" in text

@@ -24,7 +24,7 @@ from nnforge.generator.seeds import INFERENCE_CALL, generate_case
 from nnforge.oracle.oracle import Oracle
 from nnforge.oracle.sandbox import WorkerPool
 from nnforge.triage.cluster import choose_cluster, pairwise_precision_recall
-from nnforge.triage.report import accept_rewrite, draft_report, rewrite_prose
+from nnforge.triage.report import TEMPLATE_PROSE, accept_rewrite, draft_report, llm_prose_line, rewrite_prose
 from nnforge.triage.repro import write_repro
 from nnforge.triage.signature import signature_of
 
@@ -199,6 +199,12 @@ def test_twenty_different_cases_hitting_one_planted_crash_end_in_one_cluster(tmp
     folder = camp / "findings" / cluster.cluster_id
     assert {p.name for p in folder.iterdir()} >= {"case", "repro.py", "report.md", "gh_command.sh", "cluster.json"}
     assert len(json.loads((folder / "cluster.json").read_text())["findings"]) == 20
+    # the report quotes what repro.py printed when triage ran it, under the pt2 template's headings
+    report = (folder / "report.md").read_text()
+    assert "### 🐛 Describe the bug" in report and "### Error logs" in report and "### Versions" in report
+    assert "Output of `python repro.py` in a fresh process" in report
+    assert "BUG PRESENT" in report and "faulty_crash: no lowering for aten.sin" in report
+    assert (folder / "repro_output.txt").read_text().startswith("BUG PRESENT")
 
 
 @pytest.mark.slow
@@ -319,7 +325,10 @@ def test_llm_prose_is_used_only_when_it_keeps_code_numbers_and_versions(tmp_path
     for reply, used in ((kept, True), (changed, False), (None, False)):
         client = _replaying_client(tmp_path / str(used) / str(reply is None), REWRITE_SYSTEM, draft.body, reply)
         out = rewrite_prose(draft, client=client)
-        assert (out.body == kept and out.prose_by == "llm:replay") if used else out == draft
+        # an accepted rewrite ends with NNForge's own line naming the model, whatever the model wrote there
+        declared = kept.replace(TEMPLATE_PROSE, llm_prose_line("replay"))
+        assert (out.body == declared and out.prose_by == "llm:replay") if used else out == draft
+    assert draft.body.rstrip().endswith(TEMPLATE_PROSE)
 
 
 @pytest.mark.slow

@@ -38,6 +38,8 @@ from nnforge.core.verdict import Symptom, Verdict
 
 REDUCED_SUBDIR = "reduced"
 FINDINGS_SUBDIR = "findings"
+REPRO_OUTPUT_FILE = "repro_output.txt"  # what repro.py printed when triage saw it reproduce
+REPRO_OUTPUT_LINES = 30
 REPRO_TIMEOUT_S = 300.0
 REPRO_MEMORY_MB = 8192
 MISMATCH_RUNS = 3  # a wrong result must show in every one of this many fresh runs
@@ -73,6 +75,7 @@ class ReproCheck:
     status: str  # "reproduced" | "unreproduced"
     exit_codes: tuple[int, ...] = ()
     detail: str = ""
+    output: str = ""  # the "BUG PRESENT" part of the script's output, when it reproduced
 
 
 # -- the entry point ----------------------------------------------------------------------------------------
@@ -146,14 +149,18 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
     cluster = book.assign_cluster(finding.finding_id, assignment.cluster_id, signature,
                                   title=issue_title(verdict, case, signature=signature), reduced_folder=reduced_dir,
                                   representative=representative)
-    folder = write_cluster_folder(book, campaign_dir, cluster, settings=settings, use_llm=cfg.use_llm)
+    check_now = cfg.verify and (representative or cluster.repro_status == "unchecked")
+    folder = write_cluster_folder(book, campaign_dir, cluster, settings=settings, use_llm=cfg.use_llm and not check_now)
     repro_status = cluster.repro_status
-    if cfg.verify and (representative or cluster.repro_status == "unchecked"):
+    if check_now:
         check = verify_repro(folder / "repro.py", verdict.symptom,
                              runs=cfg.verify_runs_mismatch if verdict.symptom is Symptom.MISMATCH else 1)
         book.set_repro_status(cluster.cluster_id, check.status, check.detail)
         repro_status = check.status
         log(f"cluster {cluster.cluster_id}: repro {check.status} ({check.detail})")
+        # the report quotes what the script printed (expected vs actual, with numbers)
+        write_cluster_folder(book, campaign_dir, cluster, settings=settings, use_llm=cfg.use_llm,
+                             repro_output=check.output or None)
     return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id,
                          assignment.is_new, assignment.how, summary, repro=repro_status)
 
@@ -181,8 +188,11 @@ def cluster_folder(campaign_dir: Path, cluster_id: str) -> Path:
 
 
 def write_cluster_folder(book: Any, campaign_dir: Path, cluster: Any, *, settings: Settings | None = None,
-                         use_llm: bool = True) -> Path:
-    """(Re)write findings/<cluster_id>/ from the cluster's representative reduced case."""
+                         use_llm: bool = True, repro_output: str | None = None) -> Path:
+    """(Re)write findings/<cluster_id>/ from the cluster's representative reduced case.
+
+    `repro_output`: what the repro printed when triage ran it; without it, the output saved
+    before is quoted as long as repro.py is the same script, and dropped once it changed."""
     from nnforge.triage.gh import write_gh_command
     from nnforge.triage.report import draft_report, rewrite_prose, write_report
     from nnforge.triage.repro import write_repro
@@ -203,9 +213,16 @@ def write_cluster_folder(book: Any, campaign_dir: Path, cluster: Any, *, setting
     case.save(folder / "case")
     (folder / "case" / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2, sort_keys=True, default=str))
     repro = write_repro(case, verdict, title=cluster.title)
+    output_file = folder / REPRO_OUTPUT_FILE
+    if repro_output is not None:
+        output_file.write_text(repro_output)
+    elif output_file.is_file() and (folder / "repro.py").is_file() and (folder / "repro.py").read_text() == repro:
+        repro_output = output_file.read_text()
+    else:
+        output_file.unlink(missing_ok=True)
     (folder / "repro.py").write_text(repro)
     draft = draft_report(case, verdict, repro=repro, signature=cluster.signature, cluster_id=cluster.cluster_id,
-                         count=cluster.count, reduction=reduction)
+                         count=cluster.count, reduction=reduction, repro_output=repro_output)
     if use_llm:
         draft = rewrite_prose(draft, settings)
     write_report(folder, draft)
@@ -265,6 +282,15 @@ def run_repro_once(repro: Path, timeout_s: float = REPRO_TIMEOUT_S) -> tuple[int
     return p.returncode, (out or "")[-2000:]
 
 
+def bug_output(output: str) -> str:
+    """The part of a repro's output that shows the bug: from its "BUG PRESENT" line on."""
+    lines = output.strip().splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith("BUG PRESENT")), None)
+    if start is None:
+        return ""
+    return "\n".join(lines[start:start + REPRO_OUTPUT_LINES])
+
+
 def verify_repro(repro: Path, symptom: Symptom, runs: int = 1) -> ReproCheck:
     """Reproduced only when every run exits 1 (the script's "bug present")."""
     codes: list[int] = []
@@ -275,7 +301,7 @@ def verify_repro(repro: Path, symptom: Symptom, runs: int = 1) -> ReproCheck:
         if code != 1:
             break
     if all(c == 1 for c in codes):
-        return ReproCheck("reproduced", tuple(codes), f"exit 1 in {len(codes)} fresh run(s)")
+        return ReproCheck("reproduced", tuple(codes), f"exit 1 in {len(codes)} fresh run(s)", bug_output(tail))
     last = [ln for ln in tail.strip().splitlines() if ln.strip()][-1:] or [""]
     meaning = {0: "the script saw no bug", 2: "the script could not tell", 124: "the script timed out"}
     why = meaning.get(codes[-1], f"exit {codes[-1]}")

@@ -278,7 +278,8 @@ def observed_section(verdict: Verdict) -> str:
 
 
 def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Signature | None = None,
-                 cluster_id: str | None = None, count: int = 1, reduction: dict[str, Any] | None = None) -> ReportDraft:
+                 cluster_id: str | None = None, count: int = 1, reduction: dict[str, Any] | None = None,
+                 repro_output: str | None = None) -> ReportDraft:
     """The template draft of report.md (no LLM involved)."""
     title = issue_title(verdict, case)
     labels = suggested_labels(verdict)
@@ -293,7 +294,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         sentence = f"Compiling or running this model with `{verdict.target}` {what}; eager runs it without error."
     else:
         sentence = f"With `{verdict.target}` this model {what}; eager runs it fine."
-    blame = (f"Blame ladder (each rung adds one layer; the first that disagrees with eager is guilty): "
+    blame = (f"Ablation by blame ladder (each rung adds one layer; the first that disagrees with eager is guilty): "
              f"{ladder_line(verdict)}. Guilty layer: **{layer}**.")
     size = ""
     if reduction:
@@ -310,6 +311,10 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
     if verdict.symptom in (Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT) and (verdict.frames or verdict.exc_message):
         trace_block = ("<details><summary>Full traceback</summary>\n\n```\n" + traceback_text(verdict).rstrip()
                        + "\n```\n\n</details>")
+    quoted = ""
+    if repro_output and repro_output.strip():
+        quoted = ("Output of `python repro.py` in a fresh process (expected = eager, actual = the system under test):"
+                  f"\n\n```\n{repro_output.strip()}\n```")
     found = "Found by NNForge (a fuzzer for deep-learning compilers)" + (
         f"; cluster `{cluster_id}`, {count} finding{'s' if count != 1 else ''} so far" if cluster_id else "") + "."
     parts = [
@@ -321,15 +326,26 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         program_block,
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
         repro_block,
-        "### Observed vs expected",
+        "### Error logs",
         observed_section(verdict),
-    ] + ([trace_block] if trace_block else []) + [
+    ] + ([quoted] if quoted else []) + ([trace_block] if trace_block else []) + [
         "### Versions",
         "```\n" + versions_block(verdict) + "\n```",
         "Suggested labels: " + (", ".join(f"`{lb}`" for lb in labels) if labels else "(none)"),
         found,
+        TEMPLATE_PROSE,
     ]
     return ReportDraft(title=title, body="\n\n".join(parts) + "\n", labels=labels, repo=repo)
+
+
+# The last line of every report says who wrote its prose (PyTorch asks for AI-assisted text to be declared).
+TEMPLATE_PROSE = "Prose: NNForge's template; no LLM wrote any of this report."
+_PROSE_LINE = re.compile(r"^Prose: .*$", re.M)
+
+
+def llm_prose_line(model: str) -> str:
+    return (f"Prose: the description was rewritten by an LLM ({model}) from NNForge's template; the code, numbers, "
+            f"versions, outputs and repro are NNForge's and were checked to be unchanged.")
 
 
 # -- the optional LLM rewrite -----------------------------------------------------------------------------
@@ -375,7 +391,9 @@ def rewrite_prose(draft: ReportDraft, settings: Any = None, client: Any = None) 
         return draft
     if not text.lstrip().startswith(f"# {draft.title}"):
         text = f"# {draft.title}\n\n" + text.lstrip()
-    return replace(draft, body=text.rstrip() + "\n", prose_by=f"llm:{getattr(client, 'model', '?')}")
+    model = str(getattr(client, "model", "?"))
+    text = _PROSE_LINE.sub("", text).rstrip() + "\n\n" + llm_prose_line(model)  # the model does not get to say
+    return replace(draft, body=text.rstrip() + "\n", prose_by=f"llm:{model}")
 
 
 def _strip_outer_fence(text: str) -> str:
