@@ -880,7 +880,8 @@ class TriageThread(threading.Thread):
         from nnforge.core.settings import load_settings
         from nnforge.triage.pipeline import TriageConfig, triage_finding
 
-        settings = load_settings()
+        # --llm openai turns the triage LLM step on as it turns on LLM mutators (offline by default)
+        settings = load_settings(llm_provider="openai") if self.cfg.llm != "none" else load_settings()
         cfg = TriageConfig(budget_s=self.cfg.triage_budget_s, max_queries=self.cfg.triage_max_queries,
                            use_llm=self.cfg.llm != "none", per_key=self.cfg.triage_per_key)
         store = CampaignStore(self.out)

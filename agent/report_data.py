@@ -363,7 +363,7 @@ def _clusters(db: _Db, folder: Path, started: float | None) -> tuple[ClusterRow,
         if have_findings and "status" in db.cols("findings"):
             attached = int(db.rows("SELECT COUNT(*) AS n FROM findings WHERE signature_digest = ? AND status = 'attached'",
                                    (cid,))[0]["n"])
-        out.append(ClusterRow(cluster_id=cid, title=str(d.get("title") or ""), count=int(d.get("count") or 0),
+        out.append(ClusterRow(cluster_id=cid, title=str(d.get("llm_title") or d.get("title") or ""), count=int(d.get("count") or 0),
                               first_seen_s=None if first is None or started is None else max(0.0, first - started),
                               targets=targets, symptom=str(sig.get("symptom") or ""), rung=sig.get("rung"),
                               report=f"findings/{cid}/report.md" if report.is_file() else None,

@@ -98,6 +98,13 @@ class Cluster:
     last_seen: float
     repro_status: str = "unchecked"  # "unchecked" | "reproduced" | "unreproduced"
     repro_detail: str = ""  # exit codes, or why it did not reproduce
+    llm_title: str | None = None  # the triage LLM's title, when it passed NNForge's checks
+    hypothesis: str | None = None  # the triage LLM's root-cause hypothesis (unverified)
+    llm_model: str | None = None  # who wrote those two
+
+    @property
+    def display_title(self) -> str:
+        return self.llm_title or self.title
 
     def record(self) -> ClusterRecord:
         return ClusterRecord(self.cluster_id, self.signature, self.count, self.title)
@@ -120,7 +127,8 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._add_columns("findings", (("pkey", "TEXT"),))
-        self._add_columns("clusters", (("repro_status", "TEXT NOT NULL DEFAULT 'unchecked'"), ("repro_detail", "TEXT")))
+        self._add_columns("clusters", (("repro_status", "TEXT NOT NULL DEFAULT 'unchecked'"), ("repro_detail", "TEXT"),
+                                       ("llm_title", "TEXT"), ("hypothesis", "TEXT"), ("llm_model", "TEXT")))
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)
             self.set_meta("created", str(time.time()))
@@ -259,6 +267,11 @@ class Store:
         self._db.execute("UPDATE findings SET error = ? WHERE finding_id = ?", (error[:2000], finding_id))
 
     # -- clusters -------------------------------------------------------------------------------
+    def set_cluster_note(self, cluster_id: str, *, llm_title: str | None, hypothesis: str | None, model: str) -> None:
+        """What the triage LLM wrote about a cluster (already checked by triage.llm_triage)."""
+        self._db.execute("UPDATE clusters SET llm_title = ?, hypothesis = ?, llm_model = ? WHERE cluster_id = ?",
+                         (llm_title, hypothesis, model, cluster_id))
+
     def assign_cluster(self, finding_id: int, cluster_id: str, signature: Signature, *, title: str,
                        reduced_folder: str | os.PathLike | None = None, representative: bool = False) -> Cluster:
         """Put a finding into cluster `cluster_id` (opening it with `signature` and `title` when
@@ -339,7 +352,10 @@ def _cluster(row: sqlite3.Row) -> Cluster:
                    representative=row["representative"], count=int(row["count"]),
                    first_seen=float(row["first_seen"]), last_seen=float(row["last_seen"]),
                    repro_status=(row["repro_status"] if "repro_status" in row.keys() else None) or "unchecked",
-                   repro_detail=(row["repro_detail"] if "repro_detail" in row.keys() else None) or "")
+                   repro_detail=(row["repro_detail"] if "repro_detail" in row.keys() else None) or "",
+                   llm_title=row["llm_title"] if "llm_title" in row.keys() else None,
+                   hypothesis=row["hypothesis"] if "hypothesis" in row.keys() else None,
+                   llm_model=row["llm_model"] if "llm_model" in row.keys() else None)
 
 
 def iter_case_folders(root: str | os.PathLike) -> Iterator[Path]:

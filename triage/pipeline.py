@@ -144,11 +144,23 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
     signature = signature_of(verdict, case)
     threshold = DEFAULT_THRESHOLD if cfg.threshold is None else cfg.threshold
     assignment = choose_cluster(signature, book.cluster_records(), threshold=threshold)
+    title = issue_title(verdict, case, signature=signature)
+    advice = None
+    if assignment.is_new and cfg.use_llm:  # only what the structural key could not place goes to the model
+        advice = llm_advice(book, settings, verdict, case, signature, title)
+        if advice is not None and advice.duplicate_of:
+            from nnforge.triage.cluster import Assignment
+
+            assignment = Assignment(advice.duplicate_of, False, "llm")
+            log(f"finding {finding.finding_id}: the triage LLM merged it into {advice.duplicate_of} (same rung and symptom)")
     existing = book.cluster(assignment.cluster_id) if not assignment.is_new else None
     representative = existing is None or smaller_than_representative(book, existing, case)
-    cluster = book.assign_cluster(finding.finding_id, assignment.cluster_id, signature,
-                                  title=issue_title(verdict, case, signature=signature), reduced_folder=reduced_dir,
-                                  representative=representative)
+    cluster = book.assign_cluster(finding.finding_id, assignment.cluster_id, signature, title=title,
+                                  reduced_folder=reduced_dir, representative=representative)
+    if assignment.is_new and advice is not None and (advice.title or advice.hypothesis):
+        book.set_cluster_note(cluster.cluster_id, llm_title=advice.title, hypothesis=advice.hypothesis,
+                              model=advice.model)
+        cluster = book.cluster(cluster.cluster_id)
     check_now = cfg.verify and (representative or cluster.repro_status == "unchecked")
     folder = write_cluster_folder(book, campaign_dir, cluster, settings=settings, use_llm=cfg.use_llm and not check_now)
     repro_status = cluster.repro_status
@@ -163,6 +175,28 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
                              repro_output=check.output or None)
     return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id,
                          assignment.is_new, assignment.how, summary, repro=repro_status)
+
+
+def llm_advice(book: Any, settings: Settings, verdict: Verdict, case: TestCase, signature: Any,
+               title: str) -> Any:
+    """The triage LLM's checked advice on a new cluster, or None (offline, or no usable reply)."""
+    from nnforge.core.llm import LLMClient
+    from nnforge.triage.llm_triage import advise
+    from nnforge.triage.rootcause import crash_message, describe_state_change
+
+    try:
+        client = LLMClient.from_settings(settings)
+    except Exception:
+        return None
+    if client is None:
+        return None
+    error = crash_message(verdict) if verdict.exc_type or verdict.exc_message else ""
+    change = describe_state_change(case, verdict) if verdict.stateful else ""
+    new = {"symptom": verdict.symptom.value, "guilty_layer": verdict.rung, "target": verdict.target,
+           "error": error, "state_change": change, "key": signature.key, "draft_title": title,
+           "program": case.program}
+    source = "\n".join([title, error, change, str(signature.key), case.program, verdict.exc_message or ""])
+    return advise(client, new=new, signature=signature, clusters=book.clusters(), template_title=title, source=source)
 
 
 def case_size(case: TestCase) -> tuple[int, int]:
@@ -222,7 +256,9 @@ def write_cluster_folder(book: Any, campaign_dir: Path, cluster: Any, *, setting
         output_file.unlink(missing_ok=True)
     (folder / "repro.py").write_text(repro)
     draft = draft_report(case, verdict, repro=repro, signature=cluster.signature, cluster_id=cluster.cluster_id,
-                         count=cluster.count, reduction=reduction, repro_output=repro_output)
+                         count=cluster.count, reduction=reduction, repro_output=repro_output,
+                         llm_title=getattr(cluster, "llm_title", None), hypothesis=getattr(cluster, "hypothesis", None),
+                         llm_model=getattr(cluster, "llm_model", None))
     if use_llm:
         draft = rewrite_prose(draft, settings)
     write_report(folder, draft)

@@ -279,9 +279,11 @@ def observed_section(verdict: Verdict) -> str:
 
 def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Signature | None = None,
                  cluster_id: str | None = None, count: int = 1, reduction: dict[str, Any] | None = None,
-                 repro_output: str | None = None) -> ReportDraft:
-    """The template draft of report.md (no LLM involved)."""
-    title = issue_title(verdict, case)
+                 repro_output: str | None = None, llm_title: str | None = None, hypothesis: str | None = None,
+                 llm_model: str | None = None) -> ReportDraft:
+    """The template draft of report.md. `llm_title` / `hypothesis`: what the triage LLM wrote
+    (already checked by triage.llm_triage); the last line then says so."""
+    title = llm_title or issue_title(verdict, case)
     labels = suggested_labels(verdict)
     repo = issue_repo(verdict)
     what = _SYMPTOM_WORDS.get(verdict.symptom, verdict.symptom.value)
@@ -322,6 +324,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         "### 🐛 Describe the bug",
         sentence,
         blame,
+    ] + ([f"Root-cause hypothesis (written by an LLM, not verified): {hypothesis}"] if hypothesis else []) + [
         "The program" + (" (" + size[0].lower() + size[1:].rstrip(".") + ")" if size else "") + ":",
         program_block,
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
@@ -333,7 +336,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         "```\n" + versions_block(verdict) + "\n```",
         "Suggested labels: " + (", ".join(f"`{lb}`" for lb in labels) if labels else "(none)"),
         found,
-        TEMPLATE_PROSE,
+        llm_note_line(llm_model, bool(llm_title), bool(hypothesis)),
     ]
     return ReportDraft(title=title, body="\n\n".join(parts) + "\n", labels=labels, repo=repo)
 
@@ -341,6 +344,15 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
 # The last line of every report says who wrote its prose (PyTorch asks for AI-assisted text to be declared).
 TEMPLATE_PROSE = "Prose: NNForge's template; no LLM wrote any of this report."
 _PROSE_LINE = re.compile(r"^Prose: .*$", re.M)
+
+
+def llm_note_line(model: str | None, title: bool, hypothesis: bool) -> str:
+    """The last line for a draft: the template's, or which parts the triage LLM wrote."""
+    parts = [p for p, on in (("the title", title), ("the root-cause hypothesis", hypothesis)) if on]
+    if not parts or not model:
+        return TEMPLATE_PROSE
+    return (f"Prose: {' and '.join(parts)} were written by an LLM ({model}) and checked to bring no number, version "
+            f"or code of their own; everything else is NNForge's template.")
 
 
 def llm_prose_line(model: str) -> str:
@@ -392,7 +404,11 @@ def rewrite_prose(draft: ReportDraft, settings: Any = None, client: Any = None) 
     if not text.lstrip().startswith(f"# {draft.title}"):
         text = f"# {draft.title}\n\n" + text.lstrip()
     model = str(getattr(client, "model", "?"))
-    text = _PROSE_LINE.sub("", text).rstrip() + "\n\n" + llm_prose_line(model)  # the model does not get to say
+    before = _PROSE_LINE.search(draft.body)
+    note = llm_prose_line(model)
+    if before is not None and before.group(0) != TEMPLATE_PROSE:  # the triage LLM wrote parts already
+        note = before.group(0) + f" The description was then rewritten by an LLM ({model}), numbers and code kept."
+    text = _PROSE_LINE.sub("", text).rstrip() + "\n\n" + note  # the model does not get to say
     return replace(draft, body=text.rstrip() + "\n", prose_by=f"llm:{model}")
 
 
