@@ -14,7 +14,7 @@ Invocation sequences with more than one call run three ways for compilers that c
 compiled with state retained (calls may ask for a cache reset); compiled with the cache reset
 before every call. A difference between the last two marks the verdict `stateful`.
 
-The payload and the result are plain dicts (tensors travel as `torch.save` bytes):
+The payload and the result are plain dicts (values travel as `core/wire.py` bytes, never pickles):
 
 payload: program (str), calls ([CallStep json]), targets ([str]), inputs_pt / state_pt (bytes,
 optional), search (bool, default True: only when no inputs are given), search_budget_ms, seed,
@@ -30,7 +30,6 @@ oracle/dynamo_record.py), timings (dict), coverage_new ({file: [new lines]}, onl
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 import time
@@ -72,19 +71,19 @@ def rung_in_flight(log_tail: str, target: str) -> str | None:
 
 # -- tensors as bytes ---------------------------------------------------------------------------
 def dump_values(obj: Any) -> bytes:
-    import torch
+    """Inputs, state dicts and intermediates as they cross the sandbox: data only (core/wire.py),
+    never a pickle, since the worker that produced them ran untrusted code."""
+    from nnforge.core import wire
 
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+    return wire.encode(obj)
 
 
 def load_values(data: bytes | None) -> Any:
-    import torch
+    from nnforge.core import wire
 
     if data is None:
         return None
-    return torch.load(io.BytesIO(data), weights_only=True)
+    return wire.decode(data)
 
 
 # -- the program under test ------------------------------------------------------------------------

@@ -104,16 +104,24 @@ class Oracle:
         if case.state_dict is not None:
             base["state_pt"] = dump_values(dict(case.state_dict))
         first = self.pool.call(JOB, {**base, "targets": [], "search": case.inputs is None}, timeout_s=self.timeout_s)
+        if not first.ok and first.exc_type == "WorkerProtocolError":
+            return self._all_invalid(case, f"protocol error: {first.exc_message}")
         if not first.ok:
             reason = f"the reference run failed in the worker: {first.status}: {first.exc_type}: {first.exc_message}"
             return self._all_invalid(case, reason, frames=first.frames)
         res = first.value
+        problem = job_reply_problem(res, targets=0)
+        if problem is not None:
+            return self._all_invalid(case, f"protocol error: {problem}")
         _note_coverage(covered, res)
         if res["status"] == "invalid":
             return self._all_invalid(case, res["reason"], exc_type=res.get("exc_type"),
                                      exc_message=res.get("exc_message"), frames=res.get("frames"),
                                      search=res.get("search"))
-        chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
+        try:
+            chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
+        except (ValueError, TypeError) as e:  # wire.WireError is a ValueError
+            return self._all_invalid(case, f"protocol error: the worker's values do not decode: {e}")
         fixed = {**base, "inputs_pt": res["inputs_pt"], "state_pt": res["state_pt"], "search": False}
         checked = [self._check_target(fixed, t, covered) for t in self.targets]
         return CaseResult(case=chosen, verdicts=tuple(v for v, _ in checked), search=res.get("search"),
@@ -134,10 +142,18 @@ class Oracle:
         torch.compile target, or the worker died)."""
         out = self.pool.call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
         if out.ok:
+            problem = job_reply_problem(out.value, targets=1)
+            if problem is None and out.value["status"] == "ok":
+                try:
+                    verdict = Verdict.from_json(out.value["verdicts"][0])
+                except Exception as e:
+                    problem = f"its verdict does not parse: {type(e).__name__}: {e}"
+            if problem is not None:
+                return Verdict(target=target, symptom=Symptom.INVALID, detail=f"protocol error: {problem}"), None
             _note_coverage(covered, out.value)
             if out.value["status"] == "invalid":  # the reference failed this time (flaky program)
                 return Verdict(target=target, symptom=Symptom.INVALID, detail=out.value["reason"] or ""), None
-            return Verdict.from_json(out.value["verdicts"][0]), (out.value.get("dynamo") or {}).get(target)
+            return verdict, (out.value.get("dynamo") or {}).get(target)
         return self._dead_target(payload, target, out), None
 
     def _dead_target(self, payload: dict[str, Any], target: str, out: Any) -> Verdict:
@@ -155,6 +171,8 @@ class Oracle:
         if out.status in _DEATHS:
             symptom = _DEATHS[out.status]
             detail = f"the worker died while running {target}: {out.exc_message}"
+        elif out.exc_type == "WorkerProtocolError":  # a reply NNForge did not write: recorded, never trusted
+            return Verdict(target=target, symptom=Symptom.INVALID, detail=f"protocol error: {out.exc_message}")
         elif out.exc_type == "WorkerExited":  # the program or a compiler called exit()
             symptom, detail = Symptom.CRASH, f"the worker exited while running {target}: {out.exc_message}"
         else:  # the job itself failed: an oracle error, not a finding
@@ -184,6 +202,28 @@ class Oracle:
         verdicts = tuple(Verdict(target=t, symptom=Symptom.INVALID, exc_type=exc_type, exc_message=exc_message,
                                  frames=fr, detail=reason) for t in self.targets)
         return CaseResult(case=case, verdicts=verdicts, search=search, invalid_reason=reason)
+
+
+def job_reply_problem(value: Any, *, targets: int) -> str | None:
+    """What is wrong with a worker's `run_case` result, or None: the parent reads a reply only
+    after checking it has the shape `job.run_case` writes (a program can forge replies)."""
+    if not isinstance(value, dict):
+        return f"the job's result is a {type(value).__name__}, not a dict"
+    status = value.get("status")
+    if status not in ("ok", "invalid"):
+        return f"the job's status is {str(status)[:40]!r}"
+    if status == "invalid":
+        return None if isinstance(value.get("reason"), (str, type(None))) else "an invalid result without a reason"
+    if not isinstance(value.get("timings", {}), dict) or not isinstance(value.get("coverage_new") or {}, dict):
+        return "timings or coverage are not dicts"
+    if targets == 0 and not (isinstance(value.get("inputs_pt"), bytes) and isinstance(value.get("state_pt"), bytes)):
+        return "the reference run returned no values"
+    verdicts = value.get("verdicts")
+    if not isinstance(verdicts, list) or len(verdicts) < targets or not all(isinstance(v, dict) for v in verdicts):
+        return f"expected {targets} verdict(s)"
+    if not isinstance(value.get("dynamo") or {}, dict):
+        return "the Dynamo record is not a dict"
+    return None
 
 
 def _normalise(path: str) -> str:

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
-import io
 import os
-import pickle
 import queue
 import re
 import select
@@ -33,6 +31,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from nnforge.core import wire
 from nnforge.oracle.worker import FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, encode_frame, strip_worker_frames
 
 STATUSES = ("ok", "error", "segfault", "timeout", "oom")
@@ -162,23 +161,32 @@ def _fault_dump_in(text: str) -> str:
     return ""
 
 
-_PROGRAM_MODULE = re.compile(r"\w+_\d+_\d+\Z")  # the names program_loader.load_program gives
+class ProtocolError(ValueError):
+    """A reply frame that is not one the worker's code writes: forged by the program, or garbage."""
 
 
-class _ReplyUnpickler(pickle.Unpickler):
-    """Unpickles a worker's reply without ever importing a program module in the parent."""
+def _load_reply(body: bytes) -> tuple[str, Any, int]:
+    """A reply's (kind, data, call id), checked against the shapes a worker writes; never executes anything."""
+    try:
+        reply = wire.decode(body)
+    except wire.WireError as e:
+        raise ProtocolError(str(e)) from None
+    if not isinstance(reply, tuple) or len(reply) != 3 or reply[0] not in ("ok", "error") or type(reply[2]) is not int:
+        raise ProtocolError(f"a reply must be ('ok', value, id) or ('error', details, id), got {_shape(reply)}")
+    kind, data, call_id = reply
+    if kind == "error":
+        if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("type", "message", "traceback")):
+            raise ProtocolError("an error reply needs the strings type, message and traceback")
+        frames = data.get("frames")
+        if not isinstance(frames, list) or not all(
+                isinstance(f, (list, tuple)) and len(f) == 3 and isinstance(f[0], str) and type(f[1]) is int
+                and isinstance(f[2], str) for f in frames):
+            raise ProtocolError("an error reply's frames must be [file, line, function] triples")
+    return kind, data, call_id
 
-    def find_class(self, module: str, name: str) -> Any:
-        if _PROGRAM_MODULE.match(module.split(".")[0]):
-            raise pickle.UnpicklingError(
-                f"the result refers to {module}.{name}, defined by the program under test; "
-                "the parent never imports programs, so return plain data (tensors, numbers, dicts)"
-            )
-        return super().find_class(module, name)
 
-
-def _load_reply(body: bytes) -> Any:
-    return _ReplyUnpickler(io.BytesIO(body)).load()
+def _shape(value: Any) -> str:
+    return f"a {type(value).__name__}" + (f" of {len(value)}" if isinstance(value, (tuple, list)) else "")
 
 
 def _signal_name(signum: int) -> str:
@@ -254,6 +262,17 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def has_stray_output(self) -> bool:
+        """Bytes on the reply pipe between calls: a program wrote a frame of its own there, and
+        the worker's real reply would be read as the next call's. Such a worker is replaced."""
+        if not self.ready:
+            return False
+        try:
+            readable, _, _ = select.select([self.proc.stdout.fileno()], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
     # Waiting for one frame, with a deadline and the RSS watchdog. Calls are strictly
     # request/reply, so nothing is ever buffered beyond the frame being read.
     def _await_frame(self, deadline: float, memory_bytes: int | None) -> bytearray:
@@ -302,13 +321,20 @@ class _Worker:
         if self.ready:
             return
         body = self._await_frame(time.monotonic() + timeout_s, None)
-        kind, pid, errors = pickle.loads(body)
-        if kind != "ready" or pid != self.pid:
-            raise _WorkerDied("protocol", f"unexpected handshake {kind!r} from pid {pid}")
+        try:
+            kind, pid, errors = wire.decode(body)
+        except (wire.WireError, TypeError, ValueError) as e:
+            raise _WorkerDied("protocol", f"malformed handshake: {e}") from None
+        if kind != "ready" or pid != self.pid or not isinstance(errors, list):
+            raise _WorkerDied("protocol", f"unexpected handshake {str(kind)[:40]!r} from pid {pid!r}")
         self.ready, self.preload_errors = True, list(errors)
 
+    def next_frame(self, deadline: float, memory_bytes: int) -> bytes:
+        """The next frame of the call in progress (after a stale one was dropped)."""
+        return self._await_frame(deadline, memory_bytes)
+
     def request(self, frame: bytes, timeout_s: float, memory_bytes: int) -> bytes:
-        """Send one encoded call; return the reply's pickled body. Raises _WorkerDied if the child dies."""
+        """Send one encoded call; return the first reply frame's body. Raises _WorkerDied if the child dies."""
         _truncate(self.output_log)
         _truncate(self.fault_log)
         try:
@@ -423,6 +449,7 @@ class WorkerPool:
         self._free: queue.Queue[_Slot] = queue.Queue()
         for slot in self._slots:
             self._free.put(slot)
+        self._next_call_id = 0
         self._stats = {"calls": 0, "ok": 0, "errors": 0, "restarts": 0, "recycles": 0,
                        "timeouts": 0, "segfaults": 0, "ooms": 0, "started": 0}
         self._finalizer = weakref.finalize(self, _kill_all, self._slots)
@@ -474,13 +501,16 @@ class WorkerPool:
         if ":" not in func_path:
             raise ValueError(f"function path must look like 'package.module:function', got {func_path!r}")
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        with self._lock:
+            self._next_call_id += 1
+            call_id = self._next_call_id
         try:
-            frame = encode_frame(("call", func_path, payload))
+            frame = encode_frame(("call", func_path, payload, call_id))
         except Exception as exc:  # the caller's mistake; no worker is involved
             raise TypeError(f"payload for {func_path} cannot be pickled: {exc}") from exc
         slot = self._acquire()
         try:
-            return self._call_on(slot, frame, timeout)
+            return self._call_on(slot, frame, timeout, call_id)
         finally:
             self._free.put(slot)
 
@@ -493,11 +523,13 @@ class WorkerPool:
             except queue.Empty:
                 continue
 
-    def _call_on(self, slot: _Slot, frame: bytes, timeout: float) -> WorkerOutcome:
+    def _call_on(self, slot: _Slot, frame: bytes, timeout: float, call_id: int) -> WorkerOutcome:
         with self._lock:
             self._stats["calls"] += 1
         worker = slot.worker
-        if worker is None or not worker.alive():
+        if worker is not None and worker.alive() and worker.has_stray_output():
+            worker = self._replace(slot, reason="restart")
+        elif worker is None or not worker.alive():
             worker = self._replace(slot, reason="restart" if worker is not None else None)
         try:
             worker.wait_ready(self.startup_timeout_s)
@@ -512,8 +544,23 @@ class WorkerPool:
             ))
 
         start = time.monotonic()
+        memory = self.memory_mb * 1024 * 1024
         try:
-            body = worker.request(frame, timeout, self.memory_mb * 1024 * 1024)
+            body = worker.request(frame, timeout, memory)
+            parsed = _load_reply(body)
+            while parsed[2] != call_id:  # a frame of an earlier call (behind a forged one): dropped
+                if parsed[2] > call_id:
+                    raise ProtocolError(f"a reply to call {parsed[2]} while call {call_id} runs")
+                parsed = _load_reply(worker.next_frame(start + timeout, memory))
+        except ProtocolError as exc:  # forged or garbage: data only ever, so nothing ran; the worker is suspect
+            outcome = WorkerOutcome(
+                status="error", exc_type="WorkerProtocolError",
+                exc_message=f"the worker's reply is not one NNForge writes (forged by the program?): {exc}",
+                elapsed_s=time.monotonic() - start, output_tail=_tail(worker.output_log, self.output_tail_bytes),
+                worker_pid=worker.pid,
+            )
+            self._discard(slot)
+            return self._count(outcome)
         except _WorkerDied as died:
             outcome = self._death_outcome(worker, died, time.monotonic() - start, timeout)
             self._discard(slot)
@@ -522,23 +569,15 @@ class WorkerPool:
             return self._count(outcome)
         elapsed = time.monotonic() - start
         tail = _tail(worker.output_log, self.output_tail_bytes)
-        try:
-            kind, data = _load_reply(body)
-        except Exception as exc:  # e.g. a result whose class lives in the program module
+        kind, data, _ = parsed
+        if kind == "ok":
+            outcome = WorkerOutcome(status="ok", value=data, elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid)
+        else:
             outcome = WorkerOutcome(
-                status="error", exc_type="ResultUnpicklingError",
-                exc_message=f"the worker's result could not be unpickled in the parent: {type(exc).__name__}: {exc}",
+                status="error", exc_type=data["type"], exc_message=data["message"],
+                traceback=data["traceback"], frames=[tuple(f) for f in data["frames"]],
                 elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid,
             )
-        else:
-            if kind == "ok":
-                outcome = WorkerOutcome(status="ok", value=data, elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid)
-            else:
-                outcome = WorkerOutcome(
-                    status="error", exc_type=data["type"], exc_message=data["message"],
-                    traceback=data["traceback"], frames=[tuple(f) for f in data["frames"]],
-                    elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid,
-                )
         if worker.calls >= self.recycle_after:
             self._discard(slot, graceful=True)
             if not self._closed:

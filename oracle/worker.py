@@ -3,11 +3,15 @@
 Started as `python -u -m nnforge.oracle.worker --workdir DIR [--preload torch]` with its stdin
 and stdout as pipes to the parent and stderr on a log file. It serves calls until stdin closes:
 
-    parent -> child   frame(("call", "package.module:function", payload))
-    child  -> parent  frame(("ok", value)) | frame(("error", {type, message, traceback, frames}))
+    parent -> child   frame(pickle(("call", "package.module:function", payload, call_id)))
+    child  -> parent  frame(wire(("ok", value, call_id))) | frame(wire(("error", {type, message, traceback, frames}, call_id)))
 
-A frame is a 4-byte magic and an 8-byte big-endian length followed by a plain `pickle` (never multiprocessing's
-ForkingPickler, so tensors travel as bytes, not as shared-memory file descriptors).
+A frame is a 4-byte magic and an 8-byte big-endian length followed by its body. Requests are
+pickled (the parent is trusted, the child may read what it likes). Replies are never pickled:
+the program under test can reach the reply pipe, so a reply is data only (`nnforge.core.wire`:
+JSON plus raw tensor bytes), and whatever a program writes there can at worst be a malformed
+reply, which the parent records as a protocol error. The call id lets the parent drop frames
+of earlier calls: a program that wrote a frame of its own leaves the real reply behind it.
 
 Untrusted code may print anything, so the protocol pipes are duplicated to private fds first and
 fd 1 is pointed at the log (fd 0 at /dev/null). faulthandler writes to `faulthandler.log` in
@@ -34,6 +38,8 @@ import time
 import traceback
 from typing import Any, BinaryIO
 
+from nnforge.core import wire
+
 HEADER = struct.Struct("!4sQ")  # magic, body length: garbage on the pipe is caught, not waited on
 MAGIC = b"NNF1"
 FAULT_LOG = "faulthandler.log"
@@ -44,6 +50,12 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 # -- framing (used by both sides) ---------------------------------------------------------------
 def encode_frame(obj: Any) -> bytes:
     data = pickle.dumps(obj, protocol=PICKLE_PROTOCOL)
+    return HEADER.pack(MAGIC, len(data)) + data
+
+
+def encode_reply(obj: Any) -> bytes:
+    """A child-to-parent frame: data only (see the module docstring)."""
+    data = wire.encode(obj)
     return HEADER.pack(MAGIC, len(data)) + data
 
 
@@ -117,14 +129,15 @@ def describe_exception(exc: BaseException) -> dict[str, Any]:
 
 
 def _reply_for(request_body: bytes, workdir: str) -> bytes:
+    call_id = -1
     try:
-        kind, func_path, payload = pickle.loads(request_body)
+        kind, func_path, payload, call_id = pickle.loads(request_body)
         if kind != "call":
             raise ValueError(f"unknown request kind {kind!r}")
         value = resolve(func_path)(payload)
-        reply: tuple[str, Any] = ("ok", value)
+        reply: tuple[str, Any, int] = ("ok", value, call_id)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt from a program are errors too
-        reply = ("error", describe_exception(exc))
+        reply = ("error", describe_exception(exc), call_id)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -136,11 +149,11 @@ def _reply_for(request_body: bytes, workdir: str) -> bytes:
         except OSError:
             pass
     try:
-        return encode_frame(reply)
-    except BaseException as exc:  # the value does not pickle
+        return encode_reply(reply)
+    except BaseException as exc:  # the value is not plain data
         err = describe_exception(exc)
-        err["message"] = f"the result could not be pickled: {err['message']}"
-        return encode_frame(("error", err))
+        err["message"] = f"the result is not plain data: {err['message']}"
+        return encode_reply(("error", err, call_id))
 
 
 # -- trusted helpers callable through the pool ----------------------------------------------
@@ -157,7 +170,7 @@ def exec_program(payload: dict[str, Any]) -> Any:
     """Run untrusted program text: load it as a module, then call `entry(*args, **kwargs)` if named.
 
     payload: {"program": source, "entry": name or None, "args": [...], "kwargs": {...},
-    "name": module name stem (default "program")}. Returns the entry's result (must pickle),
+    "name": module name stem (default "program")}. Returns the entry's result (plain data: core/wire.py),
     or None when there is no entry.
     """
     from nnforge.oracle.program_loader import load_program
@@ -218,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             preload_errors.append(f"{name}: {type(exc).__name__}: {exc}")
 
     try:
-        write_all(proto_out, encode_frame(("ready", os.getpid(), preload_errors)))
+        write_all(proto_out, encode_reply(("ready", os.getpid(), preload_errors)))
         while True:
             body = read_frame_bytes(proto_in)
             if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)

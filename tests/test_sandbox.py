@@ -226,20 +226,53 @@ def test_a_worker_is_reused_and_recycled_after_recycle_after_calls(make_pool):
     assert stats["recycles"] == 1 and stats["restarts"] == 0 and stats["calls"] == 4
 
 
-def test_results_the_parent_cannot_load_are_errors_and_the_program_is_never_imported_here(make_pool):
+def test_results_that_are_not_plain_data_are_errors_and_the_program_is_never_imported_here(make_pool):
     pool = make_pool()
     program = "class Secret:\n    pass\n\ndef main():\n    return Secret()\n"
     # other tests of the suite load trusted programs in-process; only this call's import matters
     before = {name for name in sys.modules if name.startswith("program_")}
     out = run(pool, program)
     assert out.status == "error"
-    assert out.exc_type == "ResultUnpicklingError"
-    assert "Secret" in out.exc_message and "never imports programs" in out.exc_message
+    assert "Secret is not plain data" in out.exc_message
     assert {name for name in sys.modules if name.startswith("program_")} == before
 
     out = run(pool, "def main():\n    return lambda: 1\n")
-    assert out.status == "error" and "could not be pickled" in out.exc_message
+    assert out.status == "error" and "not plain data" in out.exc_message
     assert run(pool, "def main():\n    return 3\n").value == 3
+
+
+# A program that finds the worker's reply pipe and writes its own frame there: a pickle whose
+# __reduce__ is os.system, the attack a pickled protocol falls to.
+FORGED_REPLY = """
+import os, pickle, struct
+
+class Gadget:
+    def __reduce__(self):
+        return (os.system, ("touch " + {marker!r},))
+
+def main():
+    body = pickle.dumps(("ok", Gadget()))
+    frame = struct.pack("!4sQ", b"NNF1", len(body)) + body
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if os.readlink(f"/proc/self/fd/{{fd}}").startswith("pipe:") and fd > 2:
+                os.write(fd, frame)
+        except OSError:
+            pass
+    return 1
+"""
+
+
+def test_a_forged_reply_frame_is_a_protocol_error_and_its_command_never_runs(make_pool, tmp_path):
+    marker = tmp_path / "gadget-ran"
+    pool = make_pool()
+    out = run(pool, FORGED_REPLY.format(marker=str(marker)))
+    assert out.status == "error" and out.exc_type == "WorkerProtocolError", out
+    assert "not one NNForge writes" in out.exc_message
+    time.sleep(0.5)
+    assert not marker.exists()  # neither parent nor anyone else unpickled the gadget
+    # the suspect worker was replaced: the next call gets a clean answer, not the stray real reply
+    assert run(pool, "def main():\n    return 7\n").value == 7
 
 
 def test_exit_mid_call_is_reported_and_the_next_call_gets_a_fresh_worker(make_pool):
@@ -282,3 +315,45 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+# forward() writes a well-formed data-only reply of its own, with the call id it read off the
+# worker's stack: the one thing wrong with it is its shape, which is not a job result's
+FORGED_JOB_REPLY = '''
+import os, struct, sys
+import torch
+from nnforge.core import wire
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        f, call_id = sys._getframe(), -1
+        while f is not None:
+            call_id = f.f_locals.get("call_id", call_id) if f.f_code.co_name == "_reply_for" else call_id
+            f = f.f_back
+        body = wire.encode(("ok", {"status": "pwned", "verdicts": "all pass"}, call_id))
+        frame = struct.pack("!4sQ", b"NNF1", len(body)) + body
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            try:
+                if fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                    os.write(fd, frame)
+            except OSError:
+                pass
+        return x + 1
+
+def make_inputs():
+    return (torch.randn(3),)
+'''
+
+
+def test_a_forged_job_reply_is_recorded_as_a_protocol_error_verdict(make_pool):
+    from nnforge.core.testcase import TestCase
+    from nnforge.core.verdict import Symptom
+    from nnforge.oracle.oracle import Oracle
+
+    pool = make_pool()
+    result = Oracle(pool, ["eager"], 50.0).check(TestCase(program=FORGED_JOB_REPLY))
+    [verdict] = result.verdicts
+    assert verdict.symptom is Symptom.INVALID
+    assert "protocol error: the job's status is 'pwned'" in (result.invalid_reason or verdict.detail)
+    # the pool goes on: the worker holding the stray real reply was replaced
+    assert run(pool, "def main():\n    return 5\n").value == 5
