@@ -680,6 +680,11 @@ class Campaign:
                 self.display.event(f"campaign {'resumed' if self.resuming else 'started'} in {self.out}: "
                                    f"{self.cfg.budget_s:.0f} s budget ({self.elapsed_base:.0f} s used), targets "
                                    f"{','.join(self.cfg.targets)}, {self.cfg.workers} {self.cfg.executor} workers")
+                pool = self.executor.local_pool()
+                if pool is not None and getattr(pool, "isolation", None) is not None:
+                    isolation = pool.isolation.summary()
+                    self.store.set_meta("sandbox", isolation)
+                    self.display.event(isolation)
                 reason = self._loop()
             finally:
                 if self.triage is not None:

@@ -52,6 +52,8 @@ def campaign(
                                                                            "workers; new lines reward the scheduler."),
     report_every: float = typer.Option(300.0, "--report-every", help="Seconds between summary/report rewrites."),
     plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
+    sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default: no network, no capabilities, "
+                                                                   "parent unreadable) or basic (scrubbed env only)."),
 ) -> None:
     """Fuzz the targets for a time budget: generate, mutate, judge, triage, report."""
     from nnforge.agent.campaign import (Campaign, CampaignConfig, CampaignSetupError, parse_budget)
@@ -67,6 +69,7 @@ def campaign(
         pass
     console = Console()
     err = Console(stderr=True)
+    use_sandbox_level(sandbox, err)
     settings = load_settings()
 
     def fail(msg: str) -> None:
@@ -123,3 +126,17 @@ def campaign(
     if outcome.reason == "interrupted":
         console.print(f"continue with: nnforge campaign --resume {outcome.folder}", highlight=False)
     raise typer.Exit(3 if outcome.reason == "disk full" else 0)
+
+
+def use_sandbox_level(level: str | None, err: Console) -> None:
+    """`--sandbox LEVEL`: every worker pool this process makes uses it (through the setting)."""
+    import os
+
+    from nnforge.oracle.sandbox import SANDBOX_LEVELS
+
+    if level is None:
+        return
+    if level not in SANDBOX_LEVELS:
+        err.print(f"error: --sandbox must be one of {', '.join(SANDBOX_LEVELS)}, not {level!r}")
+        raise typer.Exit(2)
+    os.environ["NNFORGE_WORKER_SANDBOX"] = level

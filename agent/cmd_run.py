@@ -32,6 +32,7 @@ def run(
     save_values: bool = typer.Option(False, "--save-values", help="Save the chosen values even if the folder has some."),
     search_budget_ms: Optional[float] = typer.Option(None, "--search-budget-ms", help="Value search time budget."),
     all_rungs: bool = typer.Option(False, "--all-rungs", help="Run every rung, not only up to the first failing one."),
+    sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default) or basic: see `nnforge campaign --help`."),
 ) -> None:
     """Run value search, the reference and every target's blame ladder on one case."""
     from nnforge.oracle.backend import parse_target
@@ -39,6 +40,9 @@ def run(
     from nnforge.oracle.sandbox import WorkerPool
 
     console = Console(stderr=as_json)
+    from nnforge.agent.cmd_campaign import use_sandbox_level
+
+    use_sandbox_level(sandbox, Console(stderr=True))
     settings = load_settings()
     try:
         case = TestCase.load(case_dir)

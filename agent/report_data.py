@@ -136,6 +136,7 @@ class CampaignView:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(minutes, value)]
     compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
+    sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
 
     @property
     def bug_clusters(self) -> tuple[ClusterRow, ...]:
@@ -266,7 +267,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
     clusters = _clusters(db, folder, started)
     series, source = _series(db, stats, clusters, started)
     return CampaignView(
-        folder=folder, status=db.meta("campaign_status"), config=config, started=started, elapsed_s=elapsed,
+        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),

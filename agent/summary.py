@@ -75,6 +75,7 @@ def render_summary(view: CampaignView) -> str:
         ("duration", fmt_duration(view.elapsed_s)),
         ("targets", ", ".join(view.targets) or "-"),
         ("workers", view.workers),
+        ("sandbox", view.sandbox or "not recorded"),
         ("tests", view.tests),
         ("tests per minute", f"{view.tests_per_min:.1f} ({view.tests_per_min_per_worker:.1f} per worker)"),
         ("bug verdicts", view.bugs),

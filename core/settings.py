@@ -29,6 +29,10 @@ class Settings(BaseSettings):
     worker_timeout_s: float = 60.0  # per test
     worker_memory_mb: int = 6000  # RSS over this kills the worker: `oom`
     worker_tests_before_recycle: int = 200
+    # "strong": each worker in its own network namespace, capabilities dropped, the parent
+    # non-dumpable (whatever of that the machine allows; oracle/confine.py); "basic": a scrubbed
+    # environment and a temp working directory only.
+    worker_sandbox: str = "strong"
     inductor_cache_dir: str = "~/.cache/nnforge/inductor"
 
     # Value search.

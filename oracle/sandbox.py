@@ -123,6 +123,58 @@ def scrubbed_environ(base: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in base.items() if not is_secret_env_name(k)}
 
 
+# -- isolation ----------------------------------------------------------------------------------
+SANDBOX_LEVELS = ("strong", "basic")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What confines the workers of a pool, as the campaign prints it."""
+
+    level: str  # "strong" | "basic"
+    flags: tuple[str, ...]  # oracle/confine.py flags each worker starts with
+    parent_non_dumpable: bool
+    missing: tuple[str, ...]  # what "strong" asked for and this machine did not allow
+
+    def summary(self) -> str:
+        have = ["secrets scrubbed from the environment", "temp working directory"]
+        if "--no-network" in self.flags:
+            have.append("no network (own network namespace)")
+        if "--drop-caps" in self.flags:
+            have.append("no capabilities (root in name only)" if os.geteuid() == 0 else "no_new_privs")
+        if self.parent_non_dumpable:
+            have.append("parent's /proc unreadable (non-dumpable)")
+        text = f"sandbox {self.level}: " + ", ".join(have)
+        if self.missing:
+            text += "; not available here: " + ", ".join(self.missing)
+        if self.level == "strong":
+            text += ("; still open: the filesystem (files the worker's uid may read or write, "
+                     "the campaign folder and checkout included)")
+        return text
+
+
+_PROBED: dict[str, bool] = {}
+_NON_DUMPABLE: list[bool] = []
+
+
+def plan_isolation(level: str) -> Isolation:
+    """The strongest isolation `level` allows on this machine (probed once per process)."""
+    from nnforge.oracle import confine
+
+    if level not in SANDBOX_LEVELS:
+        raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_LEVELS)}, not {level!r}")
+    if level == "basic":
+        return Isolation("basic", (), False, ())
+    if not _PROBED:
+        _PROBED.update(confine.probe())
+    if not _NON_DUMPABLE:  # once, for good: the parent holds the API keys workers must not read
+        _NON_DUMPABLE.append(confine.make_non_dumpable())
+    flags = tuple(f for f, key in (("--no-network", "no_network"), ("--drop-caps", "drop_caps")) if _PROBED.get(key))
+    missing = tuple(what for key, what in (("no_network", "a network namespace"), ("drop_caps", "dropping capabilities"))
+                    if not _PROBED.get(key))
+    return Isolation("strong", flags, _NON_DUMPABLE[0], missing)
+
+
 def default_inductor_cache_dir() -> str:
     from nnforge.core.settings import load_settings
 
@@ -234,7 +286,8 @@ class _WorkerDied(Exception):
 class _Worker:
     """One child process; used by one thread at a time (the pool hands out whole workers)."""
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...], work_root: str | None):
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...], work_root: str | None,
+                 confine_flags: tuple[str, ...] = ()):
         self.workdir = tempfile.mkdtemp(prefix="nnforge-worker-", dir=work_root)
         os.mkdir(os.path.join(self.workdir, "tmp"))
         self.output_log = os.path.join(self.workdir, OUTPUT_LOG)
@@ -244,6 +297,8 @@ class _Worker:
         argv = [sys.executable, "-u", "-m", "nnforge.oracle.worker", "--workdir", self.workdir]
         for name in preload:
             argv += ["--preload", name]
+        if confine_flags:  # the launcher confines itself, then execs the worker
+            argv = [sys.executable, "-m", "nnforge.oracle.confine", *confine_flags, "--", *argv]
         with open(self.output_log, "ab") as log:
             self.proc = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
@@ -420,9 +475,15 @@ class WorkerPool:
         startup_timeout_s: float = 180.0,
         output_tail_kb: int = 32,
         work_root: str | None = None,
+        sandbox: str | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got size={size}")
+        if sandbox is None:
+            from nnforge.core.settings import load_settings
+
+            sandbox = load_settings().worker_sandbox
+        self.isolation = plan_isolation(sandbox)
         self.size = size
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
@@ -627,7 +688,7 @@ class WorkerPool:
         if slot.worker is not None:
             self._discard(slot)
         self._raise_if_closed()
-        worker = _Worker(self._env, self.preload, self.work_root)
+        worker = _Worker(self._env, self.preload, self.work_root, self.isolation.flags)
         slot.worker = worker
         with self._lock:
             self._stats["started"] += 1

@@ -357,3 +357,88 @@ def test_a_forged_job_reply_is_recorded_as_a_protocol_error_verdict(make_pool):
     assert "protocol error: the job's status is 'pwned'" in (result.invalid_reason or verdict.detail)
     # the pool goes on: the worker holding the stray real reply was replaced
     assert run(pool, "def main():\n    return 5\n").value == 5
+
+
+# -- isolation: hostile programs in real workers ---------------------------------------------------------
+READ_PARENT_ENV = """
+import os
+
+def main():
+    found = []
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+            found.append(f.read().decode(errors="replace"))
+    except OSError as e:
+        found.append(f"denied: {e.strerror}")
+    try:  # the parent's working directory, where its .env lives
+        found.append(os.readlink(f"/proc/{os.getppid()}/cwd"))
+    except OSError as e:
+        found.append(f"denied: {e.strerror}")
+    return found
+"""
+
+# A parent started the way a user starts NNForge, with a key in its environment from the start
+# (what /proc/<pid>/environ shows), running the hostile program above in one of its workers.
+PARENT_SCRIPT = """
+import json, sys
+from nnforge.oracle.sandbox import WorkerPool
+
+with WorkerPool(size=1, preload=(), sandbox=sys.argv[1], inductor_cache_dir=sys.argv[2]) as pool:
+    out = pool.call("nnforge.oracle.worker:exec_program", {"program": sys.argv[3], "entry": "main"})
+    print(json.dumps({"ok": out.ok, "value": out.value, "flags": list(pool.isolation.flags)}))
+"""
+
+
+def _parent_reads(level: str, tmp_path: Path) -> dict:
+    import json
+    import subprocess
+
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-secret-in-the-parent"}
+    p = subprocess.run([sys.executable, "-c", PARENT_SCRIPT, level, str(tmp_path / "inductor"), READ_PARENT_ENV],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_worker_cannot_read_the_parents_environment(tmp_path):
+    strong = _parent_reads("strong", tmp_path)
+    if os.geteuid() == 0 and "--drop-caps" not in strong["flags"]:
+        pytest.skip("this machine does not let root drop capabilities")
+    assert strong["ok"]
+    assert not any("sk-test-secret-in-the-parent" in text for text in strong["value"]), strong
+    assert all(text.startswith("denied") for text in strong["value"])
+    basic = _parent_reads("basic", tmp_path)  # weaker on purpose: the key is one file away
+    assert "sk-test-secret-in-the-parent" in basic["value"][0] and basic["value"][1] == os.getcwd()
+
+
+CONNECT_OUT = """
+import socket
+
+def main(port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect(("127.0.0.1", port))
+        return "connected"
+    except OSError as e:
+        return f"refused: {e}"
+"""
+
+
+def test_a_worker_cannot_reach_a_listener_on_the_loopback(make_pool):
+    import socket
+
+    pool = make_pool()
+    if "--no-network" not in pool.isolation.flags:
+        pytest.skip("no network namespace on this machine: " + pool.isolation.summary())
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        out = run(pool, CONNECT_OUT, "main", listener.getsockname()[1])
+        assert out.ok and out.value.startswith("refused"), out
+        assert "no network" in pool.isolation.summary()
+        basic = make_pool(sandbox="basic")  # weaker on purpose: the same program gets through
+        assert run(basic, CONNECT_OUT, "main", listener.getsockname()[1]).value == "connected"
+    finally:
+        listener.close()

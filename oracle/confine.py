@@ -1,0 +1,132 @@
+"""Confine a sandbox worker before it starts: `python -m nnforge.oracle.confine [FLAGS] -- ARGV...`.
+
+The worker runs programs an LLM or a mutator wrote, so before `execv(ARGV)` this launcher takes
+away what such a program could misuse, strongest first, and dies (exit 126, a line on stderr
+saying why) rather than start a worker weaker than asked:
+
+- `--no-network`: a network namespace of its own, with no interface up: no connection leaves
+  it, to the internet or to a listener on 127.0.0.1 (as root directly; otherwise inside a new
+  user namespace that maps the caller's own uid, where the kernel allows one).
+- `--drop-caps`: when running as root, every capability is dropped from the bounding set and
+  `no_new_privs` is set, so the exec'd worker is root in name only: it cannot ptrace, read a
+  non-dumpable process's `/proc/<pid>/environ` (the parent marks itself non-dumpable), load
+  modules, mount, or override file permissions of files it does not own.
+
+`probe()` tells the parent which of these the machine allows, so a campaign prints the isolation
+in force. This module imports only the standard library: it runs before the worker does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+_CAP_LAST = 63
+_CAPSET_VERSION_3 = 0x20080522
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class ConfineError(OSError):
+    pass
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise ConfineError(err, f"{what}: {os.strerror(err)}")
+
+
+def isolate_network() -> str:
+    """Enter a network namespace of our own; returns how."""
+    if _libc.unshare(CLONE_NEWNET) == 0:
+        return "network namespace"
+    if os.geteuid() == 0:
+        _check(-1, "unshare(CLONE_NEWNET)")
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(CLONE_NEWUSER | CLONE_NEWNET)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise ConfineError(e.errno or 1, f"writing /proc/self/{name}: {e}") from None
+    return "user + network namespace"
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """No capability now or after exec (root included), and no way to gain one back."""
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if os.geteuid() != 0:
+        return  # an unprivileged process has none to drop (and may not touch the bounding set)
+    for cap in range(_CAP_LAST + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # EINVAL: no such cap
+            _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
+    nr = _SYS_CAPSET.get(os.uname().machine)
+    if nr is None:
+        raise ConfineError(95, f"capset: unknown syscall number on {os.uname().machine}")
+    header = _CapHeader(_CAPSET_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(nr, ctypes.byref(header), data), "capset")
+
+
+def make_non_dumpable() -> bool:
+    """Mark this process non-dumpable: its /proc files (environ, cmdline, cwd, fds) become
+    unreadable to other processes without CAP_SYS_PTRACE. False when the kernel refused."""
+    return _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def probe() -> dict[str, bool]:
+    """Which confinements work here: tried in a throwaway child, so this process keeps all."""
+    out = {}
+    for name, fn in (("no_network", isolate_network), ("drop_caps", drop_capabilities)):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                fn()
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        out[name] = os.waitstatus_to_exitcode(status) == 0
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv:
+        sys.stderr.write("usage: python -m nnforge.oracle.confine [--no-network] [--drop-caps] -- ARGV...\n")
+        return 2
+    at = argv.index("--")
+    flags, target = argv[:at], argv[at + 1:]
+    if not target:
+        sys.stderr.write("nnforge confine: nothing to run after --\n")
+        return 2
+    try:
+        if "--no-network" in flags:
+            isolate_network()
+        if "--drop-caps" in flags:
+            drop_capabilities()
+    except ConfineError as e:
+        sys.stderr.write(f"nnforge confine: cannot confine the worker: {e.strerror}\n")
+        return 126
+    os.execv(target[0], target)
+    return 127  # pragma: no cover - execv does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
