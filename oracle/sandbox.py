@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnforge.core import wire
-from nnforge.oracle.worker import FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, encode_frame, strip_worker_frames
+from nnforge.oracle.worker import (FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, descendants, encode_frame, kill_tree,
+                                   strip_worker_frames)
 
 STATUSES = ("ok", "error", "segfault", "timeout", "oom")
 
@@ -48,6 +49,8 @@ SECRET_ENV_PATTERNS = (
 
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*?)\s*$')
 _POLL_S = 0.05
+_TREE_POLL_S = 0.5  # the whole process tree's memory is summed this often (a /proc scan)
+MAX_DESCENDANTS = 256  # processes a call may have running at once below its worker
 _DUMP_WAIT_S = 1.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
@@ -336,11 +339,18 @@ class _Worker:
         body: bytearray | None = None
         view: memoryview | None = None
         got = 0
-        next_rss_check = 0.0
+        next_rss_check = next_tree_check = 0.0
         while True:
             now = time.monotonic()
             if memory_bytes is not None and now >= next_rss_check:
                 rss = _rss_bytes(self.pid)
+                if now >= next_tree_check:  # children count too: a program's child holding memory is its memory
+                    below = descendants(self.pid)
+                    if len(below) > MAX_DESCENDANTS:
+                        raise _WorkerDied("oom", f"{len(below)} processes below the worker (limit {MAX_DESCENDANTS})",
+                                          rss=rss)
+                    rss += sum(_rss_bytes(p) for p in below)
+                    next_tree_check = now + _TREE_POLL_S
                 if rss > memory_bytes:
                     raise _WorkerDied("oom", rss=rss)
                 next_rss_check = now + _POLL_S
@@ -415,7 +425,9 @@ class _Worker:
             last = size
 
     def kill(self) -> int | None:
-        """SIGKILL the whole process group and reap the child; returns its exit status."""
+        """SIGKILL the worker, every process below it (setsid and double-forked ones included: the
+        worker is their subreaper) and its process group; reap the child; returns its exit status."""
+        kill_tree(self.pid, include_root=True)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -665,7 +677,9 @@ class WorkerPool:
                                  exc_message=f"the call ran longer than {timeout:g} s", signal="SIGKILL", **common)
         if died.why == "oom":
             return WorkerOutcome(status="oom", exc_type="MemoryLimit",
-                                 exc_message=f"worker RSS {died.rss / 2**20:.0f} MB exceeded the {self.memory_mb} MB limit",
+                                 exc_message=(f"the worker's process tree: {died.detail}" if died.detail else
+                                              f"worker RSS (with its child processes) {died.rss / 2**20:.0f} MB "
+                                              f"exceeded the {self.memory_mb} MB limit"),
                                  signal="SIGKILL", **common)
         if status_code is not None and status_code < 0:
             name = _signal_name(-status_code)

@@ -148,6 +148,7 @@ def _reply_for(request_body: bytes, workdir: str) -> bytes:
             os.chdir(workdir)  # a program that chdir'd must not move the next call
         except OSError:
             pass
+    _end_of_call_cleanup()
     try:
         return encode_reply(reply)
     except BaseException as exc:  # the value is not plain data
@@ -188,6 +189,82 @@ def getpid(_payload: Any = None) -> int:
 
 
 # -- main loop ------------------------------------------------------------------------------
+# -- descendants: what a program started must not outlive its call ---------------------------------
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphans of our descendants (double forks, setsid daemons) are reparented to us, not to
+    init, so they stay findable as our descendants."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": the name may hold spaces
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` in the process tree (children first)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            ppid = _parent_of(int(name))
+            if ppid is not None:
+                children.setdefault(ppid, []).append(int(name))
+    out, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def kill_tree(root: int, *, include_root: bool) -> int:
+    """SIGKILL everything below `root` (and `root` itself if asked): frozen first, so nothing forks
+    away between the scan and the kill. Returns how many processes were signalled."""
+    killed: set[int] = set()
+    for _ in range(5):
+        pids = [p for p in descendants(root) if p not in killed]
+        if include_root and root not in killed:
+            pids.append(root)
+        if not pids:
+            break
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        killed.update(pids)
+    return len(killed)
+
+
+def _end_of_call_cleanup() -> None:
+    """Kill whatever the call left running and reap it: every descendant ends with the test."""
+    kill_tree(os.getpid(), include_root=False)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _watch_parent(parent_pid: int, workdir: str) -> None:
     """Once the parent is gone, remove our work dir and kill our whole process group, so a hung
     program never lingers (the parent normally does both; this covers a parent that crashed)."""
@@ -196,6 +273,7 @@ def _watch_parent(parent_pid: int, workdir: str) -> None:
         if os.getppid() != parent_pid:
             try:
                 shutil.rmtree(workdir, ignore_errors=True)
+                kill_tree(os.getpid(), include_root=False)
                 os.killpg(0, signal.SIGKILL)
             finally:
                 os._exit(1)
@@ -220,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable(file=fault_file, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=fault_file, all_threads=True, chain=False)
     os.chdir(workdir)
+    become_subreaper()
 
     threading.Thread(target=_watch_parent, args=(os.getppid(), workdir), name="nnforge-parent-watch", daemon=True).start()
 

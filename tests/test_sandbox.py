@@ -442,3 +442,62 @@ def test_a_worker_cannot_reach_a_listener_on_the_loopback(make_pool):
         assert run(basic, CONNECT_OUT, "main", listener.getsockname()[1]).value == "connected"
     finally:
         listener.close()
+
+
+# -- containment covers every descendant ----------------------------------------------------------------
+ESCAPEES = """
+import os, subprocess, sys, time
+
+def main(pidfile):
+    # a setsid'ed child, and a double fork whose grandchild is orphaned at once
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    pids = [p.pid]
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            time.sleep(600)
+        os._exit(0)
+    pids.append(int(os.read(r, 32)))
+    with open(pidfile, "w") as f:
+        f.write(" ".join(map(str, pids)))
+    return pids
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].startswith("Z")  # a zombie waiting for its reaper is gone
+    except FileNotFoundError:
+        return True
+
+
+def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool, tmp_path):
+    pool = make_pool()
+    out = run(pool, ESCAPEES, "main", str(tmp_path / "pids"))
+    assert out.ok, out
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), [open(f"/proc/{p}/cmdline").read() for p in pids if not _gone(p)]
+    assert run(pool, "def main():\n    return 1\n").value == 1
+
+
+HOG_CHILD = """
+import subprocess, sys, time
+
+def main():
+    subprocess.Popen([sys.executable, "-c", "b = bytearray(700 * 2**20); import time; time.sleep(60)"])
+    time.sleep(30)
+"""
+
+
+def test_a_child_process_holding_memory_counts_against_the_limit(make_pool):
+    pool = make_pool(memory_mb=400)
+    out = run(pool, HOG_CHILD, timeout_s=20)
+    assert out.status == "oom", out
+    assert "child processes" in out.exc_message
