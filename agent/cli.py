@@ -32,8 +32,17 @@ def _register_commands() -> None:
 
 
 def main() -> None:
+    import sys
+
+    from nnforge.core.settings import SettingsError
+
     _register_commands()
-    app()
+    try:
+        app()
+    except SettingsError as e:  # a bad .env or NNFORGE_* value: one line per key, no traceback
+        for line in str(e).splitlines():
+            sys.stderr.write(f"error: setting {line}\n")
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # `python -m nnforge.agent.cli`: commands register on the imported module's app

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
@@ -16,38 +19,55 @@ class Settings(BaseSettings):
     llm_base_url: str | None = None
     llm_api_key: str | None = None
     llm_model: str = "gpt-4o-mini"
-    llm_temperature: float = 0.7
-    llm_timeout_s: float = 60.0
-    llm_max_retries: int = 3
-    llm_token_budget: int = 2_000_000
+    llm_temperature: float = Field(0.7, ge=0.0, le=2.0)
+    llm_timeout_s: float = Field(60.0, gt=0)
+    llm_max_retries: int = Field(3, ge=0)
+    llm_token_budget: int = Field(2_000_000, ge=0)
     llm_cache_dir: str = "~/.cache/nnforge/llm"
-    llm_backoff_s: float = 1.0  # first retry delay; doubles per retry (429/5xx/timeouts)
-    llm_cooldown_s: float = 300.0  # after the endpoint proves unusable, stay offline this long
-    llm_max_repairs: int = 2  # times a failing mutant goes back to the model with its error
+    llm_backoff_s: float = Field(1.0, ge=0)  # first retry delay; doubles per retry (429/5xx/timeouts)
+    llm_cooldown_s: float = Field(300.0, ge=0)  # after the endpoint proves unusable, stay offline this long
+    llm_max_repairs: int = Field(2, ge=0)  # times a failing mutant goes back to the model with its error
 
     # Sandboxed workers.
-    worker_timeout_s: float = 60.0  # per test
-    worker_memory_mb: int = 6000  # RSS over this kills the worker: `oom`
-    worker_tests_before_recycle: int = 200
+    worker_timeout_s: float = Field(60.0, gt=0)  # per test
+    worker_memory_mb: int = Field(6000, ge=256)  # RSS over this kills the worker: `oom`
+    worker_tests_before_recycle: int = Field(200, ge=1)
     # "strong": each worker in its own network namespace, capabilities dropped, the parent
     # non-dumpable (whatever of that the machine allows; oracle/confine.py); "basic": a scrubbed
     # environment and a temp working directory only.
-    worker_sandbox: str = "strong"
+    worker_sandbox: Literal["strong", "basic"] = "strong"
     inductor_cache_dir: str = "~/.cache/nnforge/inductor"
 
     # Value search.
-    value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
+    value_search_budget_ms: float = Field(VALUE_SEARCH_BUDGET_MS, ge=0)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of
     # every key's first findings (at most this share of the budget: triage_reserve_share).
-    triage_per_key: int = 2
-    triage_reserve_s: float = 300.0
-    triage_reserve_share: float = 0.25
+    triage_per_key: int = Field(2, ge=1)
+    triage_reserve_s: float = Field(300.0, ge=0)
+    triage_reserve_share: float = Field(0.25, ge=0, le=0.9)
 
     # Campaigns: refuse to start with less free disk space than this (MB) in the campaign folder.
-    campaign_min_free_mb: int = 200
+    campaign_min_free_mb: int = Field(200, ge=0)
+
+
+class SettingsError(ValueError):
+    """A setting (environment or `.env`) that is not what it must be; the message names each one."""
 
 
 def load_settings(**overrides) -> Settings:
-    return Settings(**overrides)
+    """The settings; SettingsError (one line per bad key: name, value, what it must be) if any is wrong."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        raise SettingsError(describe_errors(e)) from None
+
+
+def describe_errors(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        key = "NNFORGE_" + "_".join(str(p) for p in err.get("loc", ())).upper()
+        value = err.get("input")
+        lines.append(f"{key}={value!r}: {err.get('msg', 'invalid').replace('Input should be', 'must be')}")
+    return "\n".join(lines)

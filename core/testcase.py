@@ -92,6 +92,8 @@ class TestCase:
                 meta = json.loads((folder / META_FILE).read_text())
             except ValueError as e:
                 raise CaseFormatError(f"{folder / META_FILE}: {e}") from e
+            if not isinstance(meta, dict):
+                raise CaseFormatError(f"{folder / META_FILE}: must hold a JSON object, not a {type(meta).__name__}")
         graph = None
         if (folder / GRAPH_FILE).is_file():
             try:
@@ -103,10 +105,30 @@ class TestCase:
             import torch
 
             if (folder / INPUTS_FILE).is_file():
-                inputs = tuple(torch.load(folder / INPUTS_FILE, weights_only=True))
+                raw = _load_tensor_file(folder / INPUTS_FILE)
+                if not isinstance(raw, (tuple, list)):
+                    raise CaseFormatError(f"{folder / INPUTS_FILE}: must hold a tuple or list of forward's arguments, "
+                                          f"not a {type(raw).__name__}")
+                inputs = tuple(raw)
             if (folder / STATE_FILE).is_file():
-                state = dict(torch.load(folder / STATE_FILE, weights_only=True))
+                raw = _load_tensor_file(folder / STATE_FILE)
+                if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+                    raise CaseFormatError(f"{folder / STATE_FILE}: must hold a state dict (names to tensors), "
+                                          f"not a {type(raw).__name__}")
+                state = dict(raw)
         return cls(program=program, inputs=inputs, state_dict=state, calls=calls, graph=graph, meta=meta)
+
+
+def _load_tensor_file(path: Path) -> Any:
+    """A `torch.save` file, loaded weights-only; any failure is one CaseFormatError naming it."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # garbage, a truncated file, a pickle of something other than tensors
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise CaseFormatError(f"{path}: not a tensor file torch.load(weights_only=True) can read "
+                              f"({type(e).__name__}: {first})") from None
 
 
 def _write_text(path: Path, text: str) -> None:

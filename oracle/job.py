@@ -520,9 +520,12 @@ def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, An
         if given_state is not None:
             model.load_state_dict(given_state)
         torch.manual_seed(prog.seed)
-        inputs = tuple(given_inputs) if given_inputs is not None else tuple(module.make_inputs())
+        made = given_inputs if given_inputs is not None else module.make_inputs()
     except BaseException as e:
         raise InvalidCase(f"building the model or its inputs raises {type(e).__name__}: {e}", e) from e
+    if not isinstance(made, (tuple, list)):  # a bare tensor would be iterated into its rows
+        raise InvalidCase(f"make_inputs() must return a tuple or list of forward's arguments, not a {type(made).__name__}")
+    inputs = tuple(made)
     search_wanted = payload.get("search", True) and given_inputs is None
     if search_wanted:
         from nnforge.oracle.value_search import ValueSearch

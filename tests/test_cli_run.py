@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from nnforge.agent.cli import _register_commands, app
@@ -74,3 +75,45 @@ def test_missing_or_malformed_folder_exits_2_with_a_clear_message(tmp_path):
     folder = TestCase(program=PROGRAM).save(tmp_path / "case")
     result = _run(str(folder), "--targets", "no_such_target")
     assert result.exit_code == 2 and "unknown target" in result.output
+
+
+def test_case_files_that_do_not_hold_what_they_must_are_one_line_errors_naming_the_file(tmp_path):
+    folder = TestCase(program=PROGRAM).save(tmp_path / "case")
+    torch.save({"x": torch.ones(2, 4)}, folder / "inputs.pt")  # a dict: forward would get its keys
+    result = _run(str(folder), "--targets", "eager")
+    assert result.exit_code == 2 and "inputs.pt: must hold a tuple or list" in result.output, result.output
+    (folder / "inputs.pt").write_bytes(b"\x80\x05 not a tensor file")
+    result = _run(str(folder), "--targets", "eager")
+    assert result.exit_code == 2 and "inputs.pt: not a tensor file" in result.output, result.output
+    (folder / "inputs.pt").unlink()
+    (folder / "meta.json").write_text("[1, 2]")
+    result = _run(str(folder), "--targets", "eager")
+    assert result.exit_code == 2 and "meta.json: must hold a JSON object, not a list" in result.output
+
+
+def test_make_inputs_returning_a_bare_tensor_is_an_invalid_case(tmp_path):
+    from nnforge.core.verdict import Symptom
+    from nnforge.oracle.oracle import Oracle
+    from nnforge.oracle.sandbox import WorkerPool
+
+    bare = PROGRAM.replace("return (torch.randn(2, 4),)", "return torch.randn(2, 4)")
+    with WorkerPool(size=1, timeout_s=60) as pool:
+        result = Oracle(pool, ["eager"], 50.0).check(TestCase(program=bare))
+    assert result.verdicts[0].symptom is Symptom.INVALID
+    assert "make_inputs() must return a tuple or list" in result.invalid_reason
+
+
+def test_a_bad_setting_is_one_line_naming_the_key_and_exits_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / ".env").write_text("NNFORGE_WORKER_TIMEOUT_S=sixty\n")
+    exe = os.path.join(os.path.dirname(sys.executable), "nnforge")
+    p = subprocess.run([exe, "run", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NNFORGE_WORKER_MEMORY_MB": "-5"})
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert lines == ["error: setting NNFORGE_WORKER_TIMEOUT_S='sixty': must be a valid number, unable to parse string "
+                     "as a number",
+                     "error: setting NNFORGE_WORKER_MEMORY_MB='-5': must be greater than or equal to 256"], lines
