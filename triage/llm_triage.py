@@ -84,32 +84,26 @@ def parse_advice(reply: str) -> dict[str, Any]:
     return data
 
 
+def _checked_text(value: Any, limit: int, source: str, what: str, refused: list[str]) -> str | None:
+    """`value` as one line if it is a string within `limit` that brings no fact of its own, else None."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = " ".join(value.split())
+    if len(text) > limit:
+        refused.append(f"{what} longer than {limit} characters")
+        return None
+    if not brings_nothing_new(text, source):
+        refused.append(f"{what} brings numbers or code of its own")
+        return None
+    return text
+
+
 def judge_advice(data: dict[str, Any], *, template_title: str, source: str, signature: Any,
                  candidates: list[Any], model: str) -> TriageAdvice:
     """Keep the parts of a parsed reply that pass NNForge's checks (see the module docstring)."""
     refused: list[str] = []
-    title = data.get("title")
-    if not isinstance(title, str) or not title.strip():
-        title = None
-    else:
-        title = " ".join(title.split())
-        if len(title) > TITLE_MAX:
-            refused.append(f"title longer than {TITLE_MAX} characters")
-            title = None
-        elif not brings_nothing_new(title, template_title):
-            refused.append("title brings numbers or code of its own")
-            title = None
-    hyp = data.get("hypothesis")
-    if not isinstance(hyp, str) or not hyp.strip():
-        hyp = None
-    else:
-        hyp = " ".join(hyp.split())
-        if len(hyp) > HYPOTHESIS_MAX_CHARS:
-            refused.append("hypothesis too long")
-            hyp = None
-        elif not brings_nothing_new(hyp, source):
-            refused.append("hypothesis brings numbers or code of its own")
-            hyp = None
+    title = _checked_text(data.get("title"), TITLE_MAX, template_title, "title", refused)
+    hyp = _checked_text(data.get("hypothesis"), HYPOTHESIS_MAX_CHARS, source, "hypothesis", refused)
     dup = data.get("duplicate_of")
     dup_id = None
     if isinstance(dup, str) and dup.strip():
