@@ -410,11 +410,16 @@ class Campaign:
         if not self.sources:
             raise CampaignSetupError("no seed source: --seeds generator[,history:DIR]")
         self.llm_mutators: dict[str, Any] = {}
+        self.llm_client: Any = None
+        self.llm_background: Any = None
         if cfg.llm not in ("none", "openai"):
             raise CampaignSetupError(f"--llm {cfg.llm!r}: use none or openai")
         offline = all_mutators()
         if cfg.llm == "openai":
+            from nnforge.agent.llm_background import BackgroundMutations
+
             self.llm_mutators = self._make_llm_mutators()
+            self.llm_background = BackgroundMutations(self.llm_mutators, self._probe)
             categories = list(CATEGORIES)
         else:
             categories = [c for c in CATEGORIES if any(m.category == c for m in offline.values())]
@@ -436,7 +441,7 @@ class Campaign:
 
         settings = load_settings(llm_provider="openai")
         # The replies live in DIR's store (table llm_cache): a resumed campaign asks nothing twice.
-        client = LLMClient.from_settings(settings, cache=self.store.llm_cache())
+        client = self.llm_client = LLMClient.from_settings(settings, cache=self.store.llm_cache())
         bank = ExampleBank(settings.llm_cache_dir)
         return llm_mutators(client, bank=bank, max_repairs=settings.llm_max_repairs)
 
@@ -500,14 +505,12 @@ class Campaign:
         return test, case
 
     def _mutate(self, case: TestCase, category: str) -> TestCase | None:
+        if self.llm_background is not None and category in self.llm_background:
+            # the LLM works on its own thread: take a mutant it finished, else an offline one now
+            mutant = self.llm_background.take(category, case, self.rng)
+            if mutant is not None:
+                return mutant
         probe = self._probe()
-        if category in self.llm_mutators:
-            m = self.llm_mutators[category]
-            try:
-                return m.mutate(case, self.rng, probe) if m.applicable(case) else None
-            except Exception as e:
-                self.display.event(f"LLM mutator {category} failed: {type(e).__name__}: {e}")
-                return None
         options = [m for m in self.offline.values() if m.category == category]
         self.rng.shuffle(options)
         for m in options:
@@ -611,7 +614,25 @@ class Campaign:
             clusters=self.store.clusters_count(), latest_finding=self.store.latest_finding(),
             last_new_s=None if self.last_new is None else time.monotonic() - self.last_new,
             health=self._health(), top_arms=self.scheduler.summary(6),
-            triage=self.triage.describe() if self.triage is not None else "off (run `nnforge triage DIR`)")
+            triage=self.triage.describe() if self.triage is not None else "off (run `nnforge triage DIR`)",
+            llm=self._llm_line())
+
+    def _llm_stats(self) -> dict[str, Any] | None:
+        if self.llm_background is None:
+            return None
+        stats = dict(self.llm_client.stats()) if self.llm_client is not None else {}
+        return {**stats, **dict(self.llm_background.counts), "pending": self.llm_background.pending(),
+                "last_error": self.llm_background.last_error,
+                "unavailable": self.llm_client.unavailable_reason if self.llm_client is not None else ""}
+
+    def _llm_line(self) -> str:
+        s = self._llm_stats()
+        if s is None:
+            return ""
+        down = f", offline: {s['unavailable']}" if s.get("unavailable") else ""
+        return (f"calls {s.get('calls', 0)} (cached {s.get('cache_hits', 0)}), tokens {s.get('tokens', 0)}, "
+                f"failed {s.get('failures', 0)}, mutants {s.get('mutants', 0)}, offline fallbacks "
+                f"{s.get('fallbacks', 0)}{down}")
 
     def _rate(self, tests: int) -> float:
         now = self.elapsed()
@@ -636,7 +657,7 @@ class Campaign:
                "covered_lines": self.coverage_map.covered_lines if self.coverage_map is not None else None,
                "json": {"verdicts": counts, "health": h, "in_flight": in_flight, "tests_this_run": self.tests_this_run,
                         "counters": asdict(self.counters), "top_arms": snap.top_arms, "workers": self.cfg.workers,
-                        "executor": self.cfg.executor, "run": len(self.runs)}}
+                        "executor": self.cfg.executor, "run": len(self.runs), "llm": self._llm_stats()}}
         self.store.add_stats(row)
         if self.coverage_map is not None:
             self.scheduler.covered_lines = self.coverage_map.covered_lines
@@ -689,6 +710,8 @@ class Campaign:
             finally:
                 if self.triage is not None:
                     self.triage.stop(wait_s=3.0)
+                if self.llm_background is not None:
+                    self.llm_background.close()  # a call still hanging is abandoned, not awaited
                 self.executor.close()
                 if self._probe_pool is not None:
                     self._probe_pool.close()

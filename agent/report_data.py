@@ -156,6 +156,15 @@ class CampaignView:
         pts = self.series.get("covered_lines")
         return int(pts[-1][1]) if pts else None
 
+    @property
+    def llm(self) -> dict[str, Any] | None:
+        """LLM calls, tokens, failures and fallbacks at the last stats row (None: no LLM mutators)."""
+        for row in reversed(self.stats):
+            data = row.get("json") if isinstance(row.get("json"), dict) else {}
+            if data.get("llm"):
+                return dict(data["llm"])
+        return None
+
     def health(self) -> dict[str, Any]:
         """Worker health from the last stats row and the RSS timeline."""
         last = self.stats[-1] if self.stats else {}

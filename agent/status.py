@@ -36,6 +36,7 @@ class StatusSnapshot:
     health: dict[str, Any] = field(default_factory=dict)
     top_arms: list[dict[str, Any]] = field(default_factory=list)
     triage: str = ""
+    llm: str = ""  # LLM calls, tokens, failures and fallbacks, when LLM mutators are on
     note: str = ""
 
 
@@ -57,7 +58,8 @@ def plain_line(s: StatusSnapshot) -> str:
     return (f"[{fmt_duration(s.elapsed_s)}/{fmt_duration(s.budget_s)}] tests {s.tests} ({s.tests_per_min:.1f}/min, "
             f"{s.in_flight} in flight) | findings {s.findings}, clusters {s.clusters} | {per_target or 'no verdicts yet'}"
             f" | workers {h.get('alive', 0)}/{h.get('size', 0)} restarts {h.get('restarts', 0)} timeouts "
-            f"{h.get('timeouts', 0)} segfaults {h.get('segfaults', 0)} rss {h.get('rss_mb', 0):.0f} MB{latest}")
+            f"{h.get('timeouts', 0)} segfaults {h.get('segfaults', 0)} rss {h.get('rss_mb', 0):.0f} MB"
+            f"{' | llm ' + s.llm if s.llm else ''}{latest}")
 
 
 def render(s: StatusSnapshot) -> Panel:
@@ -81,6 +83,8 @@ def render(s: StatusSnapshot) -> Panel:
                                    f"{f.get('category') or 'seed'}) case {f.get('case_id')}", style="red"))
     if s.triage:
         top.add_row("triage", s.triage)
+    if s.llm:
+        top.add_row("llm", s.llm)
     if s.note:
         top.add_row("", s.note)
     symptoms = sorted({k for c in s.verdicts.values() for k in c})

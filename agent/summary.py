@@ -87,6 +87,12 @@ def render_summary(view: CampaignView) -> str:
     ]
     if view.covered_lines is not None:
         head.append(("compiler lines covered", view.covered_lines))
+    if view.llm is not None:
+        s = view.llm
+        head.append(("LLM", f"{s.get('calls', 0)} calls ({s.get('cache_hits', 0)} from the cache), "
+                            f"{s.get('tokens', 0)} tokens, {s.get('failures', 0)} failed, {s.get('mutants', 0)} "
+                            f"mutants used, {s.get('fallbacks', 0)} tests fell back to offline mutators"
+                            + (f"; last error: {s['last_error']}" if s.get("last_error") else "")))
     lines += [f"- **{k}**: {v}" for k, v in head]
 
     lines += ["", "## Unique bugs (clusters)", "",

@@ -212,8 +212,8 @@ class LLMClient:
             self._failures_in_a_row += 1
             repeated = self._failures_in_a_row >= FAILURES_BEFORE_COOLDOWN
         reason = f"LLM endpoint failed {self.max_retries + 1} times in a row: {last}"
-        if repeated or "connect" in last.lower():
-            self._trip(reason, forever=False)
+        if repeated or "connect" in last.lower() or "timeout" in last.lower() or "timed out" in last.lower():
+            self._trip(reason, forever=False)  # an endpoint that hangs is as unusable as one that is down
         raise LLMUnavailable(reason)
 
     def _count_failure(self) -> None:

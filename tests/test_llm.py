@@ -367,3 +367,33 @@ def test_cli_mutate_with_llm_openai_writes_the_model_mutant(server_factory, tmp_
     case = TestCase.load(folder)
     assert case.meta["mutator"] == "llm_B1" and case.program.strip() == GOOD.strip()
     assert "1 calls" in res.output and len(server.requests) == 1
+
+
+@pytest.mark.slow
+def test_a_campaign_with_an_endpoint_that_never_answers_keeps_its_budget_and_its_status_lines(server_factory,
+                                                                                                tmp_path):
+    import subprocess
+    import sys
+
+    server = server_factory([("hang", 600, "never sent")] * 50)
+    out = tmp_path / "camp"
+    env = {**os.environ, "NNFORGE_LLM_BASE_URL": server.base_url, "NNFORGE_LLM_API_KEY": "sk-test-not-secret",
+           "NNFORGE_LLM_MODEL": "scripted-model", "NNFORGE_LLM_TIMEOUT_S": "15", "NNFORGE_LLM_MAX_RETRIES": "0",
+           "NNFORGE_LLM_CACHE_DIR": str(tmp_path / "llm")}
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "nnforge.agent.cli", "campaign", "--budget", "40s", "--targets", "eager",
+                        "--workers", "1", "--llm", "openai", "--mutate-prob", "1.0", "--nodes", "4", "--no-triage",
+                        "--plain", "-o", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    wall = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert wall < 40 + 60 + 45, wall  # the budget, one worker timeout, start-up and reports
+    status = [ln for ln in p.stdout.splitlines() if "] tests " in ln and "/0m40s]" in ln]
+    assert len(status) >= 3, p.stdout[-3000:]  # a line about every 10 s, the endpoint hanging all along
+    assert all("| llm calls 0" in ln for ln in status)
+    stamps = [sum(int(x) * m for x, m in zip(ln[:8].split(":"), (3600, 60, 1))) for ln in status]
+    assert max(b - a for a, b in zip(stamps, stamps[1:])) <= 13, status  # never stalled by a 15 s LLM timeout
+    tests = sqlite3.connect(out / "store.sqlite").execute("SELECT COUNT(*) FROM tests").fetchone()[0]
+    assert tests >= 3  # offline mutants ran while the LLM call hung
+    summary = (out / "summary.md").read_text()
+    assert "**LLM**: 0 calls" in summary and "tests fell back to offline mutators" in summary
+    assert server.requests  # the endpoint was asked, and never answered
