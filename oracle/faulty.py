@@ -14,6 +14,10 @@ op makes the bug go away, one that keeps it keeps the bug.
 
 Three distinct faults for triage tests: `faulty_perturb:add`, `faulty_crash:sin`, `faulty_segv:relu`.
 
+`faulty_chaos` (for the sandbox's flood benchmark, bench/flood.py) kills its worker a different
+way per graph, chosen by a hash of the graph's code: SIGSEGV, a hang, a memory blow-up, an exit,
+a child that outlives the call (the call itself then passes), or a plain pass.
+
 `op` may list alternatives, `faulty_crash:sin|cos`: the fault fires for the first listed op the
 graph contains and names that op (a graph with both crashes on `sin`, one with only `cos` on
 `cos`). One target then plants two distinguishable bugs, which is how triage tests check that a
@@ -62,6 +66,8 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
             lower_faulty_op(hit or "any")
         if triggered and fault == "abort":
             os.abort()
+        if fault == "chaos":
+            _chaos(gm)
         if not (triggered and fault == "perturb"):
             return make_boxed_func(gm.forward)
 
@@ -105,7 +111,45 @@ class FaultySegvBackend(FaultyBackend):
     fault = "abort"
 
 
+@register_backend
+class FaultyChaosBackend(FaultyBackend):
+    name = "faulty_chaos"
+    fault = "chaos"
+
+
+CHAOS_MODES = ("segv", "hang", "memory", "exit", "orphan", "pass")
+
+
+def chaos_mode(code: str) -> str:
+    import hashlib
+
+    return CHAOS_MODES[int(hashlib.sha1(code.encode()).hexdigest(), 16) % len(CHAOS_MODES)]
+
+
+def _chaos(gm: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    mode = chaos_mode(gm.code)
+    if mode == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "memory":
+        hog = []
+        while True:  # until the watchdog stops it
+            hog.append(bytearray(64 * 2**20))
+            time.sleep(0.01)
+    elif mode == "exit":
+        os._exit(17)
+    elif mode == "orphan":  # a setsid'ed child left behind, still running when the call returns
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)
+
+
 for _name, _doc in (("faulty_perturb", "test-only: wrong output from a planted fault"),
                     ("faulty_crash", "test-only: RuntimeError from a planted fake lowering"),
-                    ("faulty_segv", "test-only: os.abort() in a planted fake compiler")):
+                    ("faulty_segv", "test-only: os.abort() in a planted fake compiler"),
+                    ("faulty_chaos", "test-only: kills its worker a different way per graph (bench/flood.py)")):
     register_target(TargetSpec(_name, ("dynamo", _name), hidden=True, default_param="op", doc=_doc))

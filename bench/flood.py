@@ -1,0 +1,137 @@
+"""Flood benchmark for the sandbox: a campaign whose only target kills its worker in mixed ways.
+
+`faulty_chaos` (oracle/faulty.py) picks, per graph, a SIGSEGV, a hang, a memory blow-up, an exit,
+a child process that outlives the call, or a pass. The campaign must survive all of it, record
+every test it made with a verdict, leave no process behind, and keep the parent's memory flat.
+
+    .venv/bin/python bench/flood.py --tests 1000            # until 1000 tests are recorded
+    .venv/bin/python bench/flood.py --minutes 5             # or for a fixed time
+
+Prints a table: tests recorded and made, verdicts by symptom, worker restarts, processes left
+behind (pids that appeared during the campaign and are still alive after it ended), and the
+campaign process's RSS at its first and last samples (after a minute's warm-up) and its maximum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
+
+
+def pids() -> set[int]:
+    return {int(p) for p in os.listdir("/proc") if p.isdigit()}
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def left_behind(before: set[int]) -> list[int]:
+    """Processes started during the campaign and still alive: those whose ancestry reaches no
+    process that was already running (other than init and this script) -- other people's
+    processes that started meanwhile hang below their own long-lived parents."""
+    mine = {1, os.getpid()}
+    out = []
+    for pid in sorted(pids() - before - {os.getpid()}):
+        chain, p = [], pid
+        while p is not None and p not in before and p not in mine and len(chain) < 64:
+            chain.append(p)
+            p = parent_of(p)
+        if p in mine and rss_mb(pid):
+            out.append(pid)
+    return out
+
+
+def recorded(folder: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{folder / 'store.sqlite'}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tests", type=int, default=1000, help="stop once this many tests are recorded (default 1000)")
+    ap.add_argument("--minutes", type=float, default=120.0, help="at most this long (default 120)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=5.0, help="seconds per worker call: what a hang costs")
+    ap.add_argument("--memory-mb", type=int, default=1500, help="worker memory limit: what a blow-up reaches")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="nnforge-flood-")) / "camp"
+    before = pids()
+    env = {**os.environ, "NNFORGE_WORKER_MEMORY_MB": str(args.memory_mb)}
+    cmd = [*NNFORGE, "campaign", "--budget", f"{args.minutes * 60:.0f}s", "--targets", "faulty_chaos",
+           "--workers", str(args.workers), "--timeout", str(args.timeout), "--nodes", "3", "--no-triage",
+           "--llm", "none", "--plain", "-o", str(out)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = open(out.parent / "flood.log", "w")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    samples: list[tuple[float, float]] = []
+    while proc.poll() is None:
+        time.sleep(5)
+        mb = rss_mb(proc.pid)
+        if mb:
+            samples.append((time.monotonic() - t0, mb))
+        if recorded(out) >= args.tests:
+            proc.send_signal(signal.SIGINT)  # a clean stop: drain, record, write the reports
+            break
+    rc = proc.wait(timeout=600)
+    wall = time.monotonic() - t0
+    time.sleep(2)
+    left = left_behind(before)
+    db = sqlite3.connect(out / "store.sqlite")
+    tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
+    made = int(db.execute("SELECT COUNT(*) FROM queue").fetchone()[0])
+    unrecorded = int(db.execute("SELECT COUNT(*) FROM queue q WHERE NOT EXISTS (SELECT 1 FROM tests t WHERE "
+                                "t.case_id = q.case_id AND t.target = q.target)").fetchone()[0])
+    symptoms = dict(db.execute("SELECT symptom, COUNT(*) FROM tests GROUP BY symptom").fetchall())
+    restarts = db.execute("SELECT worker_restarts FROM stats ORDER BY ts DESC LIMIT 1").fetchone()
+    db.close()
+    warm = [mb for t, mb in samples if t >= 60] or [mb for _, mb in samples]
+    rows = [
+        ("campaign exit code", rc), ("wall seconds", f"{wall:.0f}"), ("tests recorded", tests),
+        ("tests made (queued)", made), ("made but not recorded", unrecorded),
+        ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(symptoms.items()))),
+        ("worker restarts", restarts[0] if restarts else "-"),
+        ("processes left behind", f"{len(left)}" + (f" ({left[:10]})" if left else "")),
+        ("parent RSS first/last/max MB (after 1 min)",
+         f"{warm[0]:.0f} / {warm[-1]:.0f} / {max(warm):.0f}" if warm else "-"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print(f"\nflood campaign in {out}\n")
+    print(f"| {'figure'.ljust(width)} | value |\n|{'-' * (width + 2)}|-------|")
+    for k, v in rows:
+        print(f"| {k.ljust(width)} | {v} |")
+    return 0 if rc == 0 and not left and unrecorded == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
