@@ -392,12 +392,22 @@ def _type_name(e: BaseException) -> str:
 
 
 def _message(e: BaseException | None) -> str:
+    """The exception's text, with the tool's own output when it carries one: a failed g++ run
+    (`CalledProcessError`) prints only its command line, while its stderr holds the `error:`
+    line that says what the bug is."""
     if e is None:
         return ""
     try:
-        return str(e)[:2000]
+        text = str(e)
     except Exception:
         return "<unprintable exception>"
+    extra = getattr(e, "stderr", None) or getattr(e, "output", None)
+    if isinstance(extra, bytes):
+        extra = extra.decode("utf-8", errors="replace")
+    if isinstance(extra, str) and extra.strip() and extra.strip() not in text:
+        errors = [ln for ln in extra.splitlines() if "error" in ln.lower()][:10]
+        text = text[:1000] + "\n" + "\n".join(errors) + "\n--- output ---\n" + extra[:2000]
+    return text[:4000]
 
 
 # -- one target --------------------------------------------------------------------------------------------

@@ -91,3 +91,18 @@ def test_scripts_embed_the_module_below_its_marker_and_nothing_above() -> None:
     assert RUNTIME_MARKER not in src and "placeholders a test can set" not in src
     assert "Model: Any = None" not in src  # each script defines its own
     compile(src, "repro_runtime", "exec")
+
+
+def test_a_failed_compilers_own_error_line_is_printed(script: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    import subprocess
+
+    def broken(model):
+        def fn(x):
+            raise subprocess.CalledProcessError(1, ["g++", "k.cpp"], output=b"k.cpp:3:1: error: 'tmp0' was not declared\n")
+        return fn, lambda: None
+
+    script.setattr(rt, "REPRO_SYMPTOM", "crash")
+    script.setattr(rt, "REPRO_ERROR", "subprocess.CalledProcessError")
+    script.setattr(rt, "repro_target", broken)
+    assert rt.repro_main() == 1
+    assert "k.cpp:3:1: error: 'tmp0' was not declared" in capsys.readouterr().out

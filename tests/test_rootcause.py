@@ -112,3 +112,18 @@ def test_crash_provisional_keys_ignore_numbers(message: str) -> None:
                   exc_message="index 1 is out of bounds for dimension 0 with size 2")
     assert provisional_key(v, TestCase(program=SUB_CLAMP)) == provisional_key(ref, TestCase(program=ADD_TRIU))
 
+
+
+def test_a_failed_g_plus_plus_run_keeps_its_error_line_in_the_verdict_message():
+    import subprocess
+
+    from nnforge.oracle.job import _message
+    from nnforge.triage.rootcause import compiler_error_line
+
+    stderr = ("/c/k.cpp: In function 'void kernel(const float*, bool*)':\n"
+              "/c/k.cpp:18:38: error: no match for 'operator+' (operand types are 'VecMask<float, 1>' and "
+              "'VecMask<float, 1>')\n")
+    e = subprocess.CalledProcessError(1, ["g++", "/c/k.cpp", "-O3"], output=stderr.encode())
+    message = _message(e)
+    assert message.startswith("Command '['g++'")  # the headline names only the command ...
+    assert compiler_error_line(message) == "no match for 'operator+' (operand types are '<name>' and '<name>')"

@@ -181,6 +181,17 @@ def repro_root(e, wanted):
     return e
 
 
+def repro_tool_error(e):
+    """The first `error:` line of a failed tool's output (a g++ run's stderr), or ''."""
+    out = getattr(e, "stderr", None) or getattr(e, "output", None)
+    if isinstance(out, bytes):
+        out = out.decode("utf-8", errors="replace")
+    for line in (out or "").splitlines() if isinstance(out, str) else ():
+        if "error:" in line:
+            return line.strip()[:400]
+    return ""
+
+
 def repro_leaves(x):
     return torch.utils._pytree.tree_leaves(x)
 
@@ -352,6 +363,9 @@ def repro_main():
         call, e = error
         e = repro_root(e, REPRO_ERROR)
         text = f"call {call}: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        tool_error = repro_tool_error(e)
+        if tool_error:
+            text += f"\n  {tool_error}"
         if REPRO_SYMPTOM == "exception_mismatch" or REPRO_ERROR in repro_error_names(e):
             print(f"BUG PRESENT: eager runs this call, the compiled run raises\n  {text}")
             return 1
