@@ -692,7 +692,7 @@ class Campaign:
             self.executor = make_executor(self.cfg.executor, ExecutorConfig(
                 workers=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
                 value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=_inductor_cache_dir(),
-                coverage=self.cfg.coverage),
+                coverage=self.cfg.coverage, protect=(str(self.out),)),
                 address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
             try:
                 if self.cfg.triage:

@@ -38,6 +38,7 @@ class ExecutorConfig:
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     inductor_cache_dir: str | None = None
     coverage: bool = False  # Oracle(coverage=True): each result carries the compiler lines new to its worker
+    protect: tuple[str, ...] = ()  # folders workers see read-only (the campaign folder), see oracle/sandbox.py
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _make_pool(cfg: ExecutorConfig, size: int) -> Any:
     from nnforge.oracle.sandbox import WorkerPool
 
     return WorkerPool(size=size, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, recycle_after=cfg.recycle_after,
-                      inductor_cache_dir=cfg.inductor_cache_dir)
+                      inductor_cache_dir=cfg.inductor_cache_dir, protect=cfg.protect)
 
 
 class _Oracles:

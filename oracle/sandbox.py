@@ -138,6 +138,7 @@ class Isolation:
     flags: tuple[str, ...]  # oracle/confine.py flags each worker starts with
     parent_non_dumpable: bool
     missing: tuple[str, ...]  # what "strong" asked for and this machine did not allow
+    fence: bool = False  # protected folders read-only, .env files hidden (a mount namespace)
 
     def summary(self) -> str:
         have = ["secrets scrubbed from the environment", "temp working directory"]
@@ -147,12 +148,16 @@ class Isolation:
             have.append("no capabilities (root in name only)" if os.geteuid() == 0 else "no_new_privs")
         if self.parent_non_dumpable:
             have.append("parent's /proc unreadable (non-dumpable)")
+        if self.fence:
+            have.append("campaign folder, checkout, working directory and home read-only, their .env hidden")
         text = f"sandbox {self.level}: " + ", ".join(have)
         if self.missing:
             text += "; not available here: " + ", ".join(self.missing)
-        if self.level == "strong":
+        if self.level == "strong" and not self.fence:
             text += ("; still open: the filesystem (files the worker's uid may read or write, "
                      "the campaign folder and checkout included)")
+        elif self.level == "strong":
+            text += "; still open: reading files elsewhere that the worker's uid may read"
         return text
 
 
@@ -173,9 +178,32 @@ def plan_isolation(level: str) -> Isolation:
     if not _NON_DUMPABLE:  # once, for good: the parent holds the API keys workers must not read
         _NON_DUMPABLE.append(confine.make_non_dumpable())
     flags = tuple(f for f, key in (("--no-network", "no_network"), ("--drop-caps", "drop_caps")) if _PROBED.get(key))
-    missing = tuple(what for key, what in (("no_network", "a network namespace"), ("drop_caps", "dropping capabilities"))
-                    if not _PROBED.get(key))
-    return Isolation("strong", flags, _NON_DUMPABLE[0], missing)
+    missing = tuple(what for key, what in (("no_network", "a network namespace"), ("fence", "a mount namespace"),
+                                           ("drop_caps", "dropping capabilities")) if not _PROBED.get(key))
+    return Isolation("strong", flags, _NON_DUMPABLE[0], missing, fence=bool(_PROBED.get("fence")))
+
+
+def protected_paths(extra: tuple[str, ...] = ()) -> list[str]:
+    """What a worker must not write (and whose .env it must not read): `extra` (the campaign
+    folder), the parent's working directory, NNForge's own checkout and the home directory."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for p in (*extra, os.getcwd(), root, os.path.expanduser("~")):
+        real = os.path.realpath(p)
+        if real != "/" and os.path.isdir(real) and real not in out:
+            out.append(real)
+    return out
+
+
+def fence_args(protect: list[str], writable: list[str]) -> tuple[str, ...]:
+    args: list[str] = []
+    for p in protect:
+        args += ["--read-only", p]
+        if os.path.isfile(os.path.join(p, ".env")):
+            args += ["--hide", os.path.join(p, ".env")]
+    for p in writable:
+        args += ["--writable", p]
+    return tuple(args)
 
 
 def default_inductor_cache_dir() -> str:
@@ -300,6 +328,8 @@ class _Worker:
         argv = [sys.executable, "-u", "-m", "nnforge.oracle.worker", "--workdir", self.workdir]
         for name in preload:
             argv += ["--preload", name]
+        if confine_flags and "--read-only" in confine_flags:  # its own work dir stays writable
+            confine_flags = (*confine_flags, "--writable", self.workdir)
         if confine_flags:  # the launcher confines itself, then execs the worker
             argv = [sys.executable, "-m", "nnforge.oracle.confine", *confine_flags, "--", *argv]
         with open(self.output_log, "ab") as log:
@@ -488,6 +518,7 @@ class WorkerPool:
         output_tail_kb: int = 32,
         work_root: str | None = None,
         sandbox: str | None = None,
+        protect: tuple[str, ...] | list[str] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got size={size}")
@@ -507,6 +538,9 @@ class WorkerPool:
         cache_dir = os.path.abspath(os.path.expanduser(inductor_cache_dir)) if inductor_cache_dir else default_inductor_cache_dir()
         os.makedirs(cache_dir, exist_ok=True)
         self.inductor_cache_dir = cache_dir
+        self._confine = self.isolation.flags
+        if self.isolation.fence:
+            self._confine += fence_args(protected_paths(tuple(protect)), [cache_dir])
         child_env = scrubbed_environ()
         child_env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         child_env["PYTHONUNBUFFERED"] = "1"
@@ -702,7 +736,7 @@ class WorkerPool:
         if slot.worker is not None:
             self._discard(slot)
         self._raise_if_closed()
-        worker = _Worker(self._env, self.preload, self.work_root, self.isolation.flags)
+        worker = _Worker(self._env, self.preload, self.work_root, self._confine)
         slot.worker = worker
         with self._lock:
             self._stats["started"] += 1

@@ -263,8 +263,8 @@ def main():
 """
 
 
-def test_a_forged_reply_frame_is_a_protocol_error_and_its_command_never_runs(make_pool, tmp_path):
-    marker = tmp_path / "gadget-ran"
+def test_a_forged_reply_frame_is_a_protocol_error_and_its_command_never_runs(make_pool):
+    marker = Path(tempfile.mkdtemp(prefix="nnforge-test-")) / "gadget-ran"
     pool = make_pool()
     out = run(pool, FORGED_REPLY.format(marker=str(marker)))
     assert out.status == "error" and out.exc_type == "WorkerProtocolError", out
@@ -474,11 +474,12 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool, tmp_path):
+def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool):
+    scratch = Path(tempfile.mkdtemp(prefix="nnforge-test-"))  # not the test's cwd: workers see that read-only
     pool = make_pool()
-    out = run(pool, ESCAPEES, "main", str(tmp_path / "pids"))
+    out = run(pool, ESCAPEES, "main", str(scratch / "pids"))
     assert out.ok, out
-    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    pids = [int(p) for p in (scratch / "pids").read_text().split()]
     assert len(pids) == 2
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not all(_gone(p) for p in pids):
@@ -501,3 +502,41 @@ def test_a_child_process_holding_memory_counts_against_the_limit(make_pool):
     out = run(pool, HOG_CHILD, timeout_s=20)
     assert out.status == "oom", out
     assert "child processes" in out.exc_message
+
+
+WRITE_INTO = """
+import os
+
+def main(folder):
+    out = {}
+    for name in ("campaign_file", ".env"):
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "a") as f:
+                f.write("written by the program")
+            out[name] = "written"
+        except OSError as e:
+            out[name] = f"refused: {e.strerror}"
+    with open(os.path.join(folder, ".env")) as f:
+        out["env_text"] = f.read()
+    with open("scratch.txt", "w") as f:  # its own work dir stays writable
+        f.write("ok")
+    return out
+"""
+
+
+def test_a_worker_cannot_write_into_the_campaign_folder_or_read_its_env_file(make_pool, tmp_path):
+    camp = tmp_path / "campaign"
+    camp.mkdir()
+    (camp / ".env").write_text("NNFORGE_LLM_API_KEY=sk-test-secret\n")
+    pool = make_pool(protect=(str(camp),))
+    if not pool.isolation.fence:
+        pytest.skip("no mount namespace on this machine: " + pool.isolation.summary())
+    out = run(pool, WRITE_INTO, "main", str(camp))
+    assert out.ok, out
+    assert out.value["campaign_file"].startswith("refused") and out.value[".env"].startswith("refused")
+    assert out.value["env_text"] == ""  # the key file shows empty
+    assert not (camp / "campaign_file").exists()
+    assert (camp / ".env").read_text() == "NNFORGE_LLM_API_KEY=sk-test-secret\n"  # the parent's view is intact
+    basic = make_pool(sandbox="basic", protect=(str(camp),))  # weaker on purpose: the write goes through
+    assert run(basic, WRITE_INTO, "main", str(camp)).value["campaign_file"] == "written"
