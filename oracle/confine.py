@@ -73,6 +73,17 @@ def isolate_network() -> str:
     return enter_namespaces(CLONE_NEWNET)
 
 
+def _kept_flags(path: bytes) -> int:
+    """The mount flags a remount must keep (inside a user namespace the kernel refuses to drop
+    nosuid, nodev, noexec or the atime flags of the mount underneath)."""
+    try:
+        f = os.statvfs(path).f_flag
+    except OSError:
+        return 0
+    out = f & (2 | 4 | 8 | 1024 | 2048)  # nosuid, nodev, noexec, noatime, nodiratime: same bits
+    return out | ((1 << 21) if f & 4096 else 0)  # relatime
+
+
 def _mount(source: bytes | None, target: bytes, flags: int) -> None:
     _check(_libc.mount(source, target, None, flags, None), f"mount {target.decode(errors='replace')}")
 
@@ -91,19 +102,19 @@ def fence_files(read_only: list[str], writable: list[str], hidden: list[str]) ->
             try:
                 target = os.fsencode(os.path.realpath(path))
                 _mount(os.fsencode(empty), target, MS_BIND)
-                _mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
+                _mount(None, target, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(target))
             finally:
                 os.unlink(empty)
     for path in read_only:
         if os.path.isdir(path):
             p = os.fsencode(os.path.realpath(path))
             _mount(p, p, MS_BIND | MS_REC)
-            _mount(None, p, MS_BIND | MS_REMOUNT | MS_RDONLY)
+            _mount(None, p, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(p))
     for path in writable:
         if os.path.isdir(path):
             p = os.fsencode(os.path.realpath(path))
             _mount(p, p, MS_BIND | MS_REC)
-            _mount(None, p, MS_BIND | MS_REMOUNT)  # a bind inside a read-only one starts read-only
+            _mount(None, p, MS_BIND | MS_REMOUNT | _kept_flags(p))  # a bind inside a read-only one starts read-only
 
 
 class _CapHeader(ctypes.Structure):

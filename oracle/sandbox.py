@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nnforge.core import wire
@@ -181,6 +181,20 @@ def plan_isolation(level: str) -> Isolation:
     missing = tuple(what for key, what in (("no_network", "a network namespace"), ("fence", "a mount namespace"),
                                            ("drop_caps", "dropping capabilities")) if not _PROBED.get(key))
     return Isolation("strong", flags, _NON_DUMPABLE[0], missing, fence=bool(_PROBED.get("fence")))
+
+
+_FENCE_CHECKED: dict[tuple[str, ...], str | None] = {}
+
+
+def _fence_fails(args: tuple[str, ...]) -> str | None:
+    """Why the launcher cannot confine a worker with `args` here (None: it can). Tried once per
+    argument list with /bin/true, a work dir of its own standing in for the worker's."""
+    if args not in _FENCE_CHECKED:
+        with tempfile.TemporaryDirectory(prefix="nnforge-fence-check-") as d:
+            p = subprocess.run([sys.executable, "-m", "nnforge.oracle.confine", *args, "--writable", d, "--",
+                                "/bin/true"], capture_output=True, text=True, timeout=60)
+        _FENCE_CHECKED[args] = None if p.returncode == 0 else (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+    return _FENCE_CHECKED[args]
 
 
 def protected_paths(extra: tuple[str, ...] = ()) -> list[str]:
@@ -540,7 +554,13 @@ class WorkerPool:
         self.inductor_cache_dir = cache_dir
         self._confine = self.isolation.flags
         if self.isolation.fence:
-            self._confine += fence_args(protected_paths(tuple(protect)), [cache_dir])
+            fence = fence_args(protected_paths(tuple(protect)), [cache_dir])
+            failed = _fence_fails(self.isolation.flags + fence)
+            if failed is None:
+                self._confine += fence
+            else:  # these very folders cannot be fenced here: say so, and run without the fence
+                self.isolation = replace(self.isolation, fence=False,
+                                         missing=self.isolation.missing + (f"read-only folders ({failed})",))
         child_env = scrubbed_environ()
         child_env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
         child_env["PYTHONUNBUFFERED"] = "1"
