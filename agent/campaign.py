@@ -95,6 +95,7 @@ class CampaignConfig:
     triage_budget_s: float = 60.0  # per finding's reduction
     triage_max_queries: int = 60
     triage_per_key: int = 2  # findings of one provisional key reduced; the rest attach
+    triage_workers: int = 1  # triage threads: each holds at most one of the shared workers at a time
     triage_reserve_s: float = 0.0  # end of the budget kept for triage while findings wait for a reduction
     executor: str = "local"
     address: str | None = None
@@ -676,7 +677,7 @@ class Campaign:
         self.tests_this_run = 0
         self.last_new: float | None = None
         self._rate_window: deque[tuple[float, int]] = deque()
-        self.triage: TriageThread | None = None
+        self.triage: TriageGroup | None = None
         if self.cfg.coverage:
             self.coverage_map = load_coverage_map(self.out)
         last = self.store.stats_rows()[-1:] if self.resuming else []
@@ -696,7 +697,7 @@ class Campaign:
                 address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
             try:
                 if self.cfg.triage:
-                    self.triage = TriageThread(self.out, self.executor.local_pool(), self.cfg, self.display.event)
+                    self.triage = TriageGroup(self.out, self.executor.local_pool(), self.cfg, self.display.event)
                     self.triage.start()
                 self.display.event(f"campaign {'resumed' if self.resuming else 'started'} in {self.out}: "
                                    f"{self.cfg.budget_s:.0f} s budget ({self.elapsed_base:.0f} s used), targets "
@@ -880,9 +881,11 @@ class TriageThread(threading.Thread):
     Findings it could not triage stay `new` for `nnforge triage DIR`.
     """
 
-    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None]):
-        super().__init__(name="nnforge-triage", daemon=True)
+    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None],
+                 part: tuple[int, int] = (0, 1)):
+        super().__init__(name=f"nnforge-triage-{part[0]}", daemon=True)
         self.out, self.shared_pool, self.cfg, self.log = out, pool, cfg, log
+        self.part = part  # (i, n): this thread takes the findings whose id is i modulo n
         self._stop_event = threading.Event()
         self._wake = threading.Event()
         self.done = 0
@@ -918,7 +921,9 @@ class TriageThread(threading.Thread):
             while not self._stop_event.is_set():
                 self._wake.wait(timeout=5.0)
                 self._wake.clear()
-                waiting = [f for f in store.new_findings() if f.finding_id not in self._attempted]
+                i, n = self.part
+                waiting = [f for f in store.new_findings()
+                           if f.finding_id not in self._attempted and f.finding_id % n == i]
                 self.backlog = sum(1 for f in waiting if not self._attachable(store, f))
                 for finding in waiting:
                     if self._stop_event.is_set():
@@ -959,6 +964,50 @@ class TriageThread(threading.Thread):
         from nnforge.triage.pipeline import attach_target
 
         return bool(finding.pkey) and attach_target(store, finding, finding.pkey, self.cfg.triage_per_key) is not None
+
+
+class TriageGroup:
+    """`triage_workers` TriageThreads splitting the findings between them by id: triage's share
+    of the shared workers is that many (each thread holds one worker at a time, while reducing)."""
+
+    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None]):
+        n = max(1, int(cfg.triage_workers))
+        self.threads = [TriageThread(out, pool, cfg, log, part=(i, n)) for i in range(n)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def wake(self) -> None:
+        for t in self.threads:
+            t.wake()
+
+    def stop(self, wait_s: float) -> None:
+        for t in self.threads:
+            t._stop_event.set()
+            t._wake.set()
+        deadline = time.monotonic() + wait_s
+        for t in self.threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def is_alive(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
+
+    @property
+    def backlog(self) -> int:
+        return sum(t.backlog for t in self.threads)
+
+    @property
+    def current(self) -> str:
+        return ", ".join(t.current for t in self.threads if t.current)
+
+    def describe(self) -> str:
+        done = sum(t.done for t in self.threads)
+        known = sum(t.known for t in self.threads)
+        failed = sum(t.failed for t in self.threads)
+        doing = f", now {self.current}" if self.current else ""
+        share = f" on {len(self.threads)} threads" if len(self.threads) > 1 else ""
+        return f"{done} triaged ({known} joined a known cluster at once), {failed} failed{share}{doing}"
 
 
 def attach_waiting(store: Any, per_key: int) -> int:

@@ -102,7 +102,7 @@ def campaign(
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
-            triage_per_key=settings.triage_per_key,
+            triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))
         run = Campaign(cfg, display=display)
     try:

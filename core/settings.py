@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of
     # every key's first findings (at most this share of the budget: triage_reserve_share).
     triage_per_key: int = Field(2, ge=1)
+    # triage threads in a campaign; each holds at most one of the shared workers at a time, so
+    # triage's share of the workers is this many out of --workers (capped at --workers)
+    triage_workers: int = Field(1, ge=1)
     triage_reserve_s: float = Field(300.0, ge=0)
     triage_reserve_share: float = Field(0.25, ge=0, le=0.9)
 

@@ -302,3 +302,17 @@ def test_graph_breaks_and_recompiles_reach_the_result_the_scheduler_the_store_an
     summary = render_summary(view)
     assert "## Graph breaks and recompiles" in summary and "size mismatch" in summary
     assert "Graph breaks and recompiles" in render_report(view) and "Failed to trace builtin operator" in render_report(view)
+
+
+@pytest.mark.slow
+def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp_path):
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "45s", "--targets", "faulty_crash:sin|cos", "--workers", "2", "--nodes", "4",
+                    "--llm", "none", "--triage-budget-s", "10", "-o", str(out),
+                    env={"NNFORGE_TRIAGE_WORKERS": "2", "NNFORGE_TRIAGE_RESERVE_S": "15"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
+    assert statuses and statuses.get("new", 0) == 0, statuses  # each reduced or attached to its key's cluster
+    assert statuses.get("triaged", 0) >= 1
+    clusters = _query(out, "SELECT COUNT(*) FROM clusters")[0][0]
+    assert 1 <= clusters <= 2  # sin and cos: one crash each, whatever the programs around them
