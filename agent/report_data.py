@@ -137,6 +137,7 @@ class CampaignView:
     compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
+    gated: dict[str, int] = field(default_factory=dict)  # target -> tests stopped by the ONNX export in front of it
 
     @property
     def bug_clusters(self) -> tuple[ClusterRow, ...]:
@@ -262,6 +263,11 @@ def _read(db: _Db, folder: Path) -> CampaignView:
             tests += int(r["n"])
             invalid += int(r["n"]) if r["symptom"] == Symptom.INVALID.value else 0
             bugs += int(r["n"]) if r["symptom"] in _BUG_SYMPTOMS else 0
+    gated: dict[str, int] = {}  # target -> tests that never reached it (invalid at a gate rung)
+    if "tests" in db.tables and "rung" in tcols:
+        for r in db.rows("SELECT target, COUNT(*) AS n FROM tests WHERE symptom = 'invalid' AND rung = 'onnx_export' "
+                         "GROUP BY target"):
+            gated[r["target"]] = int(r["n"])
 
     elapsed = max([_float(db.meta("campaign_elapsed_s")) or 0.0]
                   + [float(r.get("elapsed_s") or 0.0) for r in stats[-1:]]
@@ -277,7 +283,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
     series, source = _series(db, stats, clusters, started)
     return CampaignView(
         folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), config=config, started=started, elapsed_s=elapsed,
-        workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
+        workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts, gated=gated,
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),

@@ -120,6 +120,11 @@ def render_summary(view: CampaignView) -> str:
         symptoms = [s.value for s in Symptom if any(s.value in v for v in view.verdicts.values())]
         lines += _table(["target", "tests"] + symptoms,
                         [[t, sum(c.values())] + [c.get(s, 0) for s in symptoms] for t, c in sorted(view.verdicts.items())])
+        for t, n in sorted(view.gated.items()):
+            total = sum(view.verdicts.get(t, {}).values())
+            lines.append(f"\n`{t}`: {total - n} of {total} tests reached it ({_pct((total - n) / total) if total else '-'}); "
+                         f"{n} stopped at the ONNX export (not exportable, or the exported graph already wrong in "
+                         "onnx.reference): counted invalid, never findings against the runtime.")
     else:
         lines.append("_no tests recorded_")
 

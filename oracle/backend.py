@@ -202,6 +202,10 @@ class TargetSpec:
     default_param: str | None = None  # `target:value` means `target:<default_param>=value`
     family: str = "torch"  # "torch" (runs Python), "onnx" (needs an exported graph)
     doc: str = ""
+    # rungs that are preconditions, not the system under test: where one of them fails (an ONNX
+    # export that crashes or disagrees with eager in onnx.reference), the test is invalid for the
+    # target ("not exportable"), never a finding against it
+    gate_rungs: tuple[str, ...] = ()
 
 
 _TARGETS: dict[str, TargetSpec] = {}

@@ -67,8 +67,11 @@ def first_failing(outcomes: list[RungOutcome]) -> RungOutcome | None:
 
 
 def blame(target: str, outcomes: list[RungOutcome], *, versions: dict[str, str] | None = None,
-          extra_timings: dict[str, float] | None = None) -> Verdict:
-    """One Verdict for `target`: the first failing rung's symptom and name, or pass."""
+          extra_timings: dict[str, float] | None = None, gates: tuple[str, ...] = ()) -> Verdict:
+    """One Verdict for `target`: the first failing rung's symptom and name, or pass.
+
+    `gates`: rungs in front of the system under test (the ONNX export in front of ORT and TVM).
+    One of them failing makes the test invalid for `target`: the program never reached it."""
     timings = dict(extra_timings or {})
     for o in outcomes:
         timings[f"{o.rung}_s"] = round(o.elapsed_s, 4)
@@ -76,6 +79,12 @@ def blame(target: str, outcomes: list[RungOutcome], *, versions: dict[str, str] 
     guilty = first_failing(outcomes)
     if guilty is None:
         return Verdict(target=target, symptom=Symptom.PASS, detail=trail, timings=timings, versions=dict(versions or {}))
+    if (guilty.blamed_rung or guilty.rung) in gates:
+        why = ("not exportable" if guilty.symptom is not Symptom.MISMATCH and guilty.symptom is not Symptom.NAN_MISMATCH
+               else "the exported graph disagrees with eager already in onnx.reference (an exporter question)")
+        return Verdict(target=target, symptom=Symptom.INVALID, rung=guilty.blamed_rung or guilty.rung,
+                       exc_type=guilty.exc_type, exc_message=guilty.exc_message, frames=guilty.frames,
+                       detail=f"{why}: {trail}", timings=timings, versions=dict(versions or {}))
     return Verdict(
         target=target,
         symptom=guilty.symptom,

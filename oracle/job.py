@@ -442,7 +442,8 @@ def run_target(prog: Program, ref: Reference, target_text: str, *, stop_at_first
         outcomes.append(outcome)
         if outcome.failed and stop_at_first:
             break
-    verdict = blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)})
+    verdict = blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)},
+                    gates=target.spec.gate_rungs)
     return verdict, outcomes, dynamo
 
 

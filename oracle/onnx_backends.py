@@ -196,5 +196,5 @@ class OrtOptimizerBackend(OrtBackend):
     level_name = "ORT_ENABLE_ALL"
 
 
-register_target(TargetSpec("ort", ("onnx_export", "ort_kernels", "ort_optimizer"), family="onnx",
+register_target(TargetSpec("ort", ("onnx_export", "ort_kernels", "ort_optimizer"), family="onnx", gate_rungs=("onnx_export",),
                            doc="ONNX Runtime; blames the exporter, ORT's kernels or ORT's optimiser"))

@@ -160,10 +160,13 @@ class Oracle:
         verdict = self._death_verdict(target, out)
         in_flight = rung_in_flight(out.output_tail or "", target)
         if in_flight is not None:
-            return replace(verdict, rung=in_flight, detail=f"{verdict.detail}; rung in flight: {in_flight}")
-        if verdict.symptom in _DEATHS.values() and self.blame_deaths and (
+            verdict = replace(verdict, rung=in_flight, detail=f"{verdict.detail}; rung in flight: {in_flight}")
+        elif verdict.symptom in _DEATHS.values() and self.blame_deaths and (
                 verdict.symptom is not Symptom.TIMEOUT or self.blame_timeouts):
             verdict = self._blame_death(payload, target, verdict)
+        if verdict.rung in parse_target(target).spec.gate_rungs:  # it died in front of the target: not its bug
+            verdict = replace(verdict, symptom=Symptom.INVALID,
+                              detail=f"not exportable: the worker died in {verdict.rung}: {verdict.detail}")
         return verdict
 
     def _death_verdict(self, target: str, out: Any) -> Verdict:

@@ -92,5 +92,5 @@ class TvmPipelineBackend(TvmBackend):
 
 
 # onnx_export first: an exporter that writes the wrong graph must not be blamed on TVM's importer
-register_target(TargetSpec("tvm", ("onnx_export", "tvm_frontend", "tvm_pipeline"), family="onnx",
+register_target(TargetSpec("tvm", ("onnx_export", "tvm_frontend", "tvm_pipeline"), family="onnx", gate_rungs=("onnx_export",),
                            doc="TVM Relax via ONNX; blames the exporter, the importer/legalisation or the optimising pipeline"))

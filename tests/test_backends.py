@@ -182,6 +182,13 @@ def test_first_failing_rung_is_blamed_and_skipped_rungs_judge_nothing():
     assert blame("inductor", [noisy]).detail == "inductor: pass (rounding noise: within 4x the spread of perturbed eager runs)"
     export_crash = RungOutcome("tvm_frontend", Symptom.CRASH, blamed_rung="onnx_export")
     assert blame("tvm", [export_crash]).rung == "onnx_export"
+    # with the export a gate in front of the system under test, its failures are no findings
+    gated = blame("tvm", [export_crash], gates=("onnx_export",))
+    assert (gated.symptom, gated.rung) == (Symptom.INVALID, "onnx_export") and gated.detail.startswith("not exportable")
+    ref_mismatch = RungOutcome("onnx_export", Symptom.MISMATCH, call_index=0, max_abs_err=2.0)
+    assert blame("ort", [ref_mismatch], gates=("onnx_export",)).symptom is Symptom.INVALID
+    tvm_bug = RungOutcome("tvm_frontend", Symptom.MISMATCH, call_index=0, max_abs_err=2.0)
+    assert blame("tvm", [RungOutcome("onnx_export"), tvm_bug], gates=("onnx_export",)).symptom is Symptom.MISMATCH
     died = blame("inductor", [])
     died = type(died)(target="inductor", symptom=Symptom.SEGFAULT)
     assert blame_death(died, [("dynamo", Symptom.PASS), ("aot_autograd", Symptom.SEGFAULT)]).rung == "aot_autograd"
@@ -200,14 +207,16 @@ def make_inputs():
 """
 
 
-def test_an_exported_model_that_breaks_onnx_typing_is_blamed_on_the_exporter(tmp_path, monkeypatch):
+def test_an_exported_model_that_breaks_onnx_typing_is_not_exportable_never_a_finding_against_ort(tmp_path, monkeypatch):
     """The TorchScript exporter writes Acos on int16 (eager promotes to float first); ORT refuses
     the model, but the exporter is at fault, and unsupported exports are not bugs at all."""
     monkeypatch.chdir(tmp_path)
     res = run_case({"program": _PROGRAM_WITH.format(expr="torch.acos(x.clamp(-1, 1))"), "targets": ["ort"],
                     "calls": [{"grad_enabled": False}]})
     verdict = res["verdicts"][0]
-    assert (verdict["symptom"], verdict["rung"]) == ("crash", "onnx_export"), verdict
+    # the program never reached ORT: invalid for the target ("not exportable"), never a finding against it
+    assert (verdict["symptom"], verdict["rung"]) == ("invalid", "onnx_export"), verdict
+    assert verdict["detail"].startswith("not exportable")
     assert "Acos" in verdict["exc_message"] and "int16" in verdict["exc_message"]
 
     res = run_case({"program": _PROGRAM_WITH.format(expr="torch.bitwise_or(x, x)"), "targets": ["ort"],
@@ -299,7 +308,8 @@ def test_float16_rounding_of_a_native_backend_is_precision_but_a_lost_update_is_
 
     res = run_case({"program": _HALF_LOST_UPDATE, "targets": ["ort"], "calls": [{"grad_enabled": False}]})
     v = res["verdicts"][0]
-    assert (v["symptom"], v["rung"], v["output_index"]) == ("mismatch", "onnx_export", 1), v
+    assert (v["symptom"], v["rung"]) == ("invalid", "onnx_export"), v  # the exporter's question, not ORT's
+    assert "disagrees with eager already in onnx.reference" in v["detail"]
 
 
 # -- rounding-noise evidence (oracle/rounding_noise.py) ----------------------------------------------
