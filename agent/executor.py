@@ -5,8 +5,8 @@
   mutators that need an eager probe and to the triage thread, so they share the N workers.
 - `RayExecutor` (`--executor ray [--address ...]`): one Ray actor per worker slot, each holding
   its own `WorkerPool(size=1)`; the program still runs only in that actor's sandboxed
-  subprocess. Actors take a case as plain data and return `CaseResult.to_json()` plus the chosen
-  values as bytes: the driver alone writes the store and the case folders.
+  subprocess. Actors take a case as plain data and return `CaseResult.to_wire()` (core/result.py): verdicts as JSON,
+  the chosen values as wire bytes; the driver alone writes the store and the case folders.
 
 Both report worker health (restarts, timeouts, segfaults, max worker RSS) for the status panel.
 """
@@ -90,27 +90,13 @@ def case_from_wire(d: dict[str, Any]) -> TestCase:
 
 
 def result_to_wire(result: Any) -> dict[str, Any]:
-    from nnforge.oracle.job import dump_values
-
-    case = result.case
-    return {"result": result.to_json(), "coverage": getattr(result, "coverage", None),
-            "inputs_pt": None if case.inputs is None else dump_values(tuple(case.inputs)),
-            "state_pt": None if case.state_dict is None else dump_values(dict(case.state_dict))}
+    return result.to_wire()
 
 
 def result_from_wire(case: TestCase, wire: dict[str, Any]) -> Any:
-    from nnforge.oracle.job import load_values
-    from nnforge.oracle.oracle import CaseResult
+    from nnforge.core.result import CaseResult
 
-    r = wire["result"]
-    inputs = load_values(wire.get("inputs_pt"))
-    state = load_values(wire.get("state_pt"))
-    judged = case.with_(inputs=None if inputs is None else tuple(inputs), state_dict=None if state is None else dict(state))
-    extra = {"coverage": wire["coverage"]} if wire.get("coverage") is not None else {}
-    return CaseResult(case=judged, verdicts=tuple(Verdict.from_json(v) for v in r["verdicts"]), search=r.get("search"),
-                      reference=r.get("reference"), values_chosen=bool(r.get("values_chosen")),
-                      invalid_reason=r.get("invalid_reason"), timings=dict(r.get("timings") or {}),
-                      dynamo=dict(r.get("dynamo") or {}), **extra)
+    return CaseResult.from_wire(case, wire)
 
 
 def pool_rss_mb(pool: Any) -> float:

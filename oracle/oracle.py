@@ -21,58 +21,19 @@ only when asked (each probe may wait a full timeout).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
+from nnforge.core.result import CaseResult
 from nnforge.core.testcase import TestCase
-from nnforge.core.verdict import Frame, Symptom, Verdict, worst
+from nnforge.core.verdict import Frame, Symptom, Verdict
 from nnforge.oracle.backend import parse_target
 from nnforge.oracle.blame import blame_death
 from nnforge.oracle.job import rung_in_flight
 
 JOB = "nnforge.oracle.job:run_case"
 _DEATHS = {"segfault": Symptom.SEGFAULT, "timeout": Symptom.TIMEOUT, "oom": Symptom.OOM}
-
-
-@dataclass(frozen=True)
-class CaseResult:
-    """The verdicts for one case, and the case itself with the values they were judged on."""
-
-    case: TestCase  # with inputs/state_dict as chosen by value search (or as given)
-    verdicts: tuple[Verdict, ...]
-    search: dict[str, Any] | None = None  # value search's report, None when values were given
-    reference: dict[str, Any] | None = None
-    values_chosen: bool = False  # value search chose the values during this check
-    invalid_reason: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    coverage: dict[str, list[int]] | None = None  # compiler lines new to the workers (Oracle(coverage=True))
-    # {target: {"graph_breaks": [reason, ...], "recompiles": [reason, ...]}}: what Dynamo recorded while
-    # the target's compiled runs (state retained) ran; torch.compile targets only (oracle/dynamo_record.py)
-    dynamo: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-
-    @property
-    def symptom(self) -> Symptom:
-        return worst(list(self.verdicts))
-
-    @property
-    def is_bug(self) -> bool:
-        return self.symptom.is_bug
-
-    def to_json(self) -> dict[str, Any]:
-        return {"case_id": self.case.case_id, "symptom": self.symptom.value,
-                "verdicts": [v.to_json() for v in self.verdicts], "search": self.search,
-                "reference": self.reference, "values_chosen": self.values_chosen,
-                "invalid_reason": self.invalid_reason, "timings": dict(self.timings),
-                "dynamo": {t: dict(d) for t, d in self.dynamo.items()}}
-
-    def graph_breaks(self, target: str) -> list[str]:
-        """Dynamo's graph-break reasons on `target` (empty when none, or not a torch.compile target)."""
-        return list((self.dynamo.get(target) or {}).get("graph_breaks") or ())
-
-    def recompiles(self, target: str) -> list[str]:
-        """The guard failures that made Dynamo recompile on `target` over the call sequence."""
-        return list((self.dynamo.get(target) or {}).get("recompiles") or ())
 
 
 class Oracle:
