@@ -348,6 +348,14 @@ def _exception_outcome(prog: Program, backend: Backend, failed: CallFailed) -> R
                            detail=f"unsupported: {error}")
     root = root_cause(error)
     frames = frames_of(root, prog.files)
+    if not isinstance(error, ExportFailed):
+        from nnforge.oracle.limitations import known_limitation
+
+        lim = known_limitation(backend.name, _type_name(root), _message(root), frames)
+        if lim is not None:  # the converter's or runtime's own refusal of this form: not a bug
+            first = (_message(root).strip().splitlines() or [""])[0][:200]
+            return RungOutcome(backend.name, Symptom.INVALID, call_index=failed.call_index, exc_type=_type_name(root),
+                               exc_message=_message(root), detail=f"unsupported: {lim.why}: {first}")
     if isinstance(error, ExportFailed):
         symptom, blamed = Symptom.CRASH, "onnx_export"
     else:

@@ -431,3 +431,30 @@ def test_bfloat16_rounding_amplified_into_a_float64_output_is_precision_but_a_pl
     assert inductor["symptom"] == "pass", inductor["detail"]
     assert "rounding" in res["rungs"]["inductor"][-1]["detail"], res["rungs"]["inductor"][-1]
     assert (faulty["symptom"], faulty["rung"], faulty["output_index"]) == ("mismatch", "faulty_perturb", 0), faulty
+
+
+# -- known limitations (oracle/limitations.py) -------------------------------------------------------
+def test_a_converters_own_refusal_is_unsupported_and_anything_else_stays_a_crash():
+    from nnforge.core.verdict import Frame
+    from nnforge.oracle.limitations import known_limitation
+
+    fe = (Frame(file="tvm/relax/frontend/onnx/onnx_frontend.py", line=5271, function="_impl_v11"),)
+    assert known_limitation("tvm_frontend", "ValueError", "TopK sorted must be 1 for Relax frontend", fe) is not None
+    # the same words raised elsewhere, by another rung, or with another type are no limitation
+    elsewhere = (Frame(file="tvm/relax/op/base.py", line=1, function="f"),)
+    assert known_limitation("tvm_frontend", "ValueError", "TopK sorted must be 1 for Relax frontend", elsewhere) is None
+    assert known_limitation("ort_kernels", "ValueError", "TopK sorted must be 1 for Relax frontend", fe) is None
+    assert known_limitation("tvm_frontend", "TypeError", "TopK sorted must be 1 for Relax frontend", fe) is None
+    assert known_limitation("tvm_frontend", "tvm.error.InternalError", "Check failed: (x) is false", fe) is None
+    ort = ("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for BitShift(11) node "
+           "with name '/BitShift'")
+    assert known_limitation("ort_kernels", "onnxruntime.capi.onnxruntime_pybind11_state.NotImplemented", ort) is not None
+
+
+@pytest.mark.slow
+def test_an_unsorted_topk_is_unsupported_on_tvm_not_a_frontend_crash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    program = _PROGRAM_WITH.format(expr="torch.topk(x.float(), 2, dim=1, sorted=False).values")
+    res = run_case({"program": program, "targets": ["tvm"], "calls": [{"grad_enabled": False}]})
+    v = res["verdicts"][0]
+    assert v["symptom"] == "invalid" and "unsupported: the TopK converter's own check" in v["detail"], v
