@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from nnforge.oracle.worker import parent_of  # noqa: E402  (the sandbox's own reading of /proc/<pid>/stat)
+
 NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
 
 
@@ -35,15 +37,6 @@ def rss_mb(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rfind(b")") + 2:].split()[1])
     except (OSError, IndexError, ValueError):
         return None
 

@@ -204,7 +204,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def _parent_of(pid: int) -> int | None:
+def parent_of(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -222,7 +222,7 @@ def descendants(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            ppid = _parent_of(int(name))
+            ppid = parent_of(int(name))
             if ppid is not None:
                 children.setdefault(ppid, []).append(int(name))
     out, todo = [], list(children.get(root, ()))
