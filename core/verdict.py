@@ -55,6 +55,9 @@ class Verdict:
     exc_message: str | None = None
     frames: tuple[Frame, ...] = ()
     stateful: bool = False  # state-retained and reset-per-call compiled runs disagree
+    # the wrong value is a write to Python state the compiled run lost or changed (core/python_state.py):
+    # "module attribute (int)", "global (container)"; None for outputs, inputs and tensors of the state dict
+    side_effect: str | None = None
     detail: str = ""  # one human sentence
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, ClassVar, Sequence
 
+from nnforge.core.python_state import python_state
+
 BACKEND_MODULES = (
     "nnforge.oracle.torch_backends",
     "nnforge.oracle.onnx_backends",
@@ -44,19 +46,22 @@ class Call:
     grad_enabled: bool | None = None
     reset_cache: bool = False
     seed: int = 0  # torch.manual_seed before the call: random ops agree with eager (fallback_random)
+    program_globals: dict[str, Any] | None = None  # the program module's globals (its own copy for this run)
 
 
 @dataclass(frozen=True)
 class CallOutput:
     """What one call produced, detached and copied so later calls cannot change it.
 
-    `args_after` and `state_after` catch lost in-place mutations of inputs and buffers; they are
-    None for backends that cannot mutate Python-side tensors (ONNX Runtime, TVM).
+    `args_after` and `state_after` catch lost in-place mutations of inputs and buffers, and
+    `python_after` lost writes to module attributes and program globals (core/python_state.py);
+    they are None for backends that cannot mutate Python-side state (ONNX Runtime, TVM).
     """
 
     outputs: Any
     args_after: tuple[Any, ...] | None = None
     state_after: dict[str, Any] | None = None
+    python_after: dict[str, Any] | None = None
     elapsed_s: float = 0.0
 
 
@@ -153,9 +158,10 @@ class Backend:
                     out = self.run_one(model, call.args, i)
                 elapsed = time.perf_counter() - start
                 if self.torch_side_effects:
-                    results.append(CallOutput(snapshot(out), snapshot(call.args), snapshot(_module_state(model)), elapsed))
+                    results.append(CallOutput(snapshot(out), snapshot(call.args), snapshot(_module_state(model)),
+                                              python_state(model, call.program_globals), elapsed))
                 else:
-                    results.append(CallOutput(snapshot(out), None, None, elapsed))
+                    results.append(CallOutput(snapshot(out), elapsed_s=elapsed))
             except CallFailed:
                 raise
             except BaseException as e:

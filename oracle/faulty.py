@@ -11,6 +11,7 @@ op makes the bug go away, one that keeps it keeps the bug.
 | `faulty_perturb`   | dynamo -> faulty_perturb       | first floating output scaled by (1 + eps) plus eps (eps=1e-2) |
 | `faulty_crash`     | dynamo -> faulty_crash         | RuntimeError "faulty_crash: no lowering for aten.<op>" raised from `lower_faulty_op` |
 | `faulty_segv`      | dynamo -> faulty_segv          | os.abort() (SIGABRT: the worker dies)                        |
+| `faulty_lost_write`| dynamo -> faulty_lost_write    | writes to int attributes of the model's modules during a call are undone (Dynamo's side-effect replay lost) |
 
 Three distinct faults for triage tests: `faulty_perturb:add`, `faulty_crash:sin`, `faulty_segv:relu`.
 
@@ -117,6 +118,27 @@ class FaultyChaosBackend(FaultyBackend):
     fault = "chaos"
 
 
+@register_backend
+class FaultyLostWriteBackend(TorchCompileBackend):
+    """torch.compile(backend="eager") that loses what a call wrote to int attributes of the
+    model's modules, as Dynamo does when it fails to replay a side effect after the graph."""
+
+    name = "faulty_lost_write"
+    compile_backend = "eager"
+
+    def wrap_compiled(self, model: Any, compiled: Any) -> Any:
+        def lost_writes(*args: Any) -> Any:
+            before = {(id(m), k): (m, v) for m in model.modules() for k, v in vars(m).items()
+                      if type(v) is int}
+            try:
+                return compiled(*args)
+            finally:
+                for (_, k), (m, v) in before.items():
+                    setattr(m, k, v)
+
+        return lost_writes
+
+
 CHAOS_MODES = ("segv", "hang", "memory", "exit", "orphan", "pass")
 
 
@@ -151,5 +173,6 @@ def _chaos(gm: Any) -> None:
 for _name, _doc in (("faulty_perturb", "test-only: wrong output from a planted fault"),
                     ("faulty_crash", "test-only: RuntimeError from a planted fake lowering"),
                     ("faulty_segv", "test-only: os.abort() in a planted fake compiler"),
-                    ("faulty_chaos", "test-only: kills its worker a different way per graph (bench/flood.py)")):
+                    ("faulty_chaos", "test-only: kills its worker a different way per graph (bench/flood.py)"),
+                    ("faulty_lost_write", "test-only: writes to int module attributes are lost")):
     register_target(TargetSpec(_name, ("dynamo", _name), hidden=True, default_param="op", doc=_doc))

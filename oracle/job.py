@@ -131,7 +131,7 @@ class Program:
             if float64:
                 args = tuple(to_float64(a) for a in args)
             calls.append(Call(args=args, before=_state_changer(step, module), grad_enabled=step.grad_enabled,
-                              reset_cache=step.reset_cache, seed=self.seed + i))
+                              reset_cache=step.reset_cache, seed=self.seed + i, program_globals=vars(module)))
         return model, calls
 
 
@@ -277,6 +277,23 @@ def _value_miss(exp: Any, act: Any, c: Any, tensors_only: bool) -> bool:
             and e.dtype == a.dtype and e.shape == a.shape)
 
 
+PYTHON_STATE = "Python state after the call"  # module attributes and program globals (core/python_state.py)
+
+
+def lost_write(expected: dict[str, Any] | None, actual: dict[str, Any] | None, path: str | None) -> str:
+    """What kind of Python write differs between eager's and the rung's state (see
+    core.python_state.side_effect_kind): the key `path` starts with, or one only one side has."""
+    from nnforge.core.python_state import side_effect_kind
+
+    expected, actual = expected or {}, actual or {}
+    for key in sorted(expected, key=len, reverse=True):
+        if path is not None and path.startswith(f"[{key!r}]"):
+            return side_effect_kind(key, expected[key])
+    for key in sorted(set(expected) ^ set(actual)):
+        return side_effect_kind(key, expected.get(key, actual.get(key)))
+    return "Python state"
+
+
 def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> RungOutcome | None:
     """The first disagreement between eager and the rung over the calls both completed, or None;
     a passing RungOutcome carrying a note when rounding-noise evidence was needed to pass."""
@@ -287,6 +304,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
         if backend.torch_side_effects:
             parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
+            parts.append((PYTHON_STATE, r.python_after, a.python_after, f.python_after if f else None, None))
         for label, exp, act, f64, ties in parts:
             flat = backend.flat_outputs and label == "output"
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)
@@ -305,6 +323,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
                                    output_index=c.leaf_index if label == "output" else None,
                                    max_abs_err=c.max_abs_err, max_rel_err=c.max_rel_err,
                                    fp64_rmse_actual=c.fp64_rmse_actual, fp64_rmse_eager=c.fp64_rmse_eager,
+                                   side_effect=lost_write(exp, act, c.path) if label == PYTHON_STATE else None,
                                    detail=f"{label}: {c.detail}")
     return RungOutcome(backend.name, detail="; ".join(notes)) if notes else None
 

@@ -129,6 +129,9 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     if is_stale_state(verdict, case):
         text = (f"compiled module keeps stale state after {describe_state_change(case, verdict)} "
                 f"({'crash' if s is Symptom.CRASH else 'wrong result'} on call {verdict.call_index})")
+    elif verdict.side_effect and s is Symptom.MISMATCH:
+        text = (f"compiled module loses or changes a write to a {verdict.side_effect} "
+                f"(differs after call {verdict.call_index})")
     elif s is Symptom.CRASH and cpp_error:
         text = f"generated C++ does not compile: {_raw_cpp_error(verdict.exc_message) or cpp_error}"
     elif s is Symptom.CRASH:

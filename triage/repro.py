@@ -209,7 +209,7 @@ def _target_code(rt: ReproTarget) -> str:
                     torch._inductor.config.fallback_random = True
                     torch._dynamo.reset()
                     rung = parse_target({rt.target!r}).ladder([{rt.rung!r}])[0]
-                    return torch.compile(model, **rung.compile_kwargs()), torch._dynamo.reset
+                    return rung.wrap_compiled(model, torch.compile(model, **rung.compile_kwargs())), torch._dynamo.reset
                 ''')
         kwargs = [f'backend="{TORCH_RUNG_BACKENDS[rt.rung]}"']
         if params.get("dynamic") is not None:
@@ -329,6 +329,33 @@ def runtime_source() -> str:
     return "\n" + text[text.index("\n", at) + 1:]
 
 
+def python_state_source() -> str:
+    """core.python_state's `python_state` and the constants it reads, for the script to define itself."""
+    import inspect
+
+    from nnforge.core import python_state as ps
+
+    return (f"ATTRIBUTE_PREFIX = {ps.ATTRIBUTE_PREFIX!r}\nGLOBAL_PREFIX = {ps.GLOBAL_PREFIX!r}\n\n\n"
+            + inspect.getsource(ps.python_state))
+
+
+def program_global_names(program: str) -> list[str]:
+    """The names the program's top level assigns: its globals, compared after every call."""
+    import ast
+
+    try:
+        tree = ast.parse(program)
+    except SyntaxError:
+        return []
+    names: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return sorted(names)
+
+
 # -- putting it together ----------------------------------------------------------------------------------------
 def repro_requirements(rt: ReproTarget) -> list[str]:
     if rt.family == "torch":
@@ -382,7 +409,8 @@ def write_repro(case: TestCase, verdict: Verdict, *, target: str | None = None, 
                   f"REPRO_STATE_DICT = None\nREPRO_CALL_ARGS = None\n")
     else:
         values = _values_section(tuple(case.inputs), dict(case.state_dict) if case.state_dict else None, call_args)
-    set_globals = sorted({name for step in case.calls for name in step.set_globals})
+    program_names = program_global_names(case.program)
+    restored = sorted({name for step in case.calls for name in step.set_globals} | set(program_names))
     calls_code = "\n\n".join(_call_code(i, step) for i, step in enumerate(case.calls))
     timeout = max(60.0, 4 * float(verdict.timings.get("elapsed_s", 0.0) or 0.0))
     settings = "\n".join([
@@ -393,16 +421,18 @@ def write_repro(case: TestCase, verdict: Verdict, *, target: str | None = None, 
         f"REPRO_TARGET_LABEL = {rt.label!r}",
         f"REPRO_EXTRA_MODULES = {_extra_modules(rt)!r}",
         f"REPRO_CHILD_TIMEOUT_S = {timeout:.0f}",
-        f"REPRO_GLOBALS = {{name: globals()[name] for name in {set_globals!r}}}",
+        f"REPRO_PROGRAM_GLOBALS = {program_names!r}",
+        f"REPRO_GLOBALS = {{name: globals()[name] for name in {restored!r} if name in globals()}}",
         f"REPRO_CALLS = [{', '.join(f'repro_call_{i}' for i in range(len(case.calls)))}]",
     ])
     program = case.program.rstrip() + "\n"
     return (
         "#!/usr/bin/env python3\n" + docstring
-        + "import base64\nimport io\nimport sys\n\nimport torch\n\n"
+        + "import base64\nimport io\nimport sys\nfrom typing import Any\n\nimport torch\n\n"
         + "# ---- the program under test " + "-" * 60 + "\n" + program + "\n\n"
         + "# ---- the values it ran on " + "-" * 62 + "\n" + values + "\n\n"
         + "# ---- the invocation sequence " + "-" * 59 + "\n" + calls_code + "\n\n"
         + "# ---- the system under test " + "-" * 61 + "\n" + _target_code(rt) + "\n\n"
-        + "# ---- running and comparing " + "-" * 61 + "\n" + settings + "\n\n" + runtime_source()
+        + "# ---- running and comparing " + "-" * 61 + "\n" + settings + "\n\n\n" + python_state_source()
+        + "\n" + runtime_source()
     )

@@ -22,7 +22,8 @@ Model: Any = None  # the program's nn.Module class
 REPRO_INPUTS: tuple[Any, ...] = ()
 REPRO_STATE_DICT: dict[str, Any] | None = None
 REPRO_CALL_ARGS: list[tuple[Any, ...]] | None = None  # per call, when calls take their own values
-REPRO_GLOBALS: dict[str, Any] = {}
+REPRO_GLOBALS: dict[str, Any] = {}  # the program's own globals as they were before any run
+REPRO_PROGRAM_GLOBALS: list[str] = []  # names the program's top level assigns (compared after every call)
 REPRO_CALLS: list[Any] = []  # repro_call_<i>(model, fn, reset) -> (outputs, args)
 REPRO_SYMPTOM = "mismatch"
 REPRO_ERROR = ""
@@ -35,6 +36,9 @@ REPRO_CHILD_TIMEOUT_S = 60
 
 def repro_target(model: Any) -> Any:  # the script's system under test: (compiled fn, reset)
     raise NotImplementedError("defined by each repro.py")
+
+
+from nnforge.core.python_state import python_state  # noqa: F401  (each script embeds its source)
 
 
 # ---- embedded in every repro.py from here on -----------------------------------------------------
@@ -128,7 +132,13 @@ def repro_args(i):
 
 
 def repro_make_model(float64=False):
-    globals().update(REPRO_GLOBALS)  # undo the globals an earlier run's calls changed
+    import copy
+
+    for name, value in REPRO_GLOBALS.items():  # undo what an earlier run's calls changed
+        try:
+            globals()[name] = copy.deepcopy(value)
+        except Exception:
+            globals()[name] = value
     torch.manual_seed(0)
     model = Model()
     if REPRO_STATE_DICT:
@@ -137,7 +147,8 @@ def repro_make_model(float64=False):
 
 
 def repro_run(model, fn=None, reset=None, float64=False):
-    """Run the invocation sequence: ([(outputs, args after, state after) per call], (call, error) | None)."""
+    """Run the invocation sequence: ([(outputs, args after, state after, Python state after) per call],
+    (call, error) | None)."""
     global REPRO_FLOAT64
     REPRO_FLOAT64 = float64
     fn = model if fn is None else fn
@@ -147,7 +158,9 @@ def repro_run(model, fn=None, reset=None, float64=False):
         for i, call in enumerate(REPRO_CALLS):
             try:
                 out, args = call(model, fn, reset)
-                results.append((repro_snapshot(out), repro_snapshot(args), repro_snapshot(dict(model.state_dict()))))
+                program_globals = {name: globals()[name] for name in REPRO_PROGRAM_GLOBALS if name in globals()}
+                results.append((repro_snapshot(out), repro_snapshot(args), repro_snapshot(dict(model.state_dict())),
+                                python_state(model, program_globals)))
             except Exception as e:
                 return results, (i, e)
     finally:
@@ -270,13 +283,34 @@ def repro_compare(label, expected, actual, expected64):
     return f"{label}:\n" + "\n".join(close_error[:6])
 
 
+REPRO_PYTHON_STATE = "Python state after the call"
+
+
+def repro_compare_python(label, expected, actual, expected64):
+    """Module attributes and program globals: numbers and tensors by repro_compare, the rest exactly."""
+    for key in sorted(set(expected) | set(actual)):
+        if key not in expected or key not in actual:
+            return f"{label}: {key} exists only {'in eager' if key in expected else 'in the compiled run'}"
+        e, a, r = expected[key], actual[key], (expected64 or {}).get(key)
+        if any(isinstance(v, (torch.Tensor, float)) for v in repro_leaves(e)):
+            problem = repro_compare(f"{label}, {key}", e, a, r)
+        elif type(e) is type(a) and e == a or type(r) is type(a) is int and r == a:
+            problem = None  # equal, or an integer where the float64 run sides with the compiled value
+        else:
+            problem = f"{label}, {key}: expected {e!r}, got {a!r}"[:600]
+        if problem is not None:
+            return problem
+    return None
+
+
 def repro_parts(result):
-    """The parts of one call to compare: the flagged output (or all outputs), inputs and state after it."""
-    out, args, state = result
+    """The parts of one call to compare: the flagged output (or all outputs), inputs, tensor state
+    and Python state after it."""
+    out, args, state, python = result
     if REPRO_FLAT_OUTPUTS:  # ONNX-style backends return the tensor leaves of the output, flat
         return [("output", out)]
     parts = [("output", out if REPRO_OUTPUT_INDEX is None else repro_pick(out))]
-    parts += [("inputs after the call", args), ("module state after the call", state)]
+    parts += [("inputs after the call", args), ("module state after the call", state), (REPRO_PYTHON_STATE, python)]
     return parts
 
 
@@ -286,11 +320,11 @@ def repro_pick(out):
 
 
 def repro_expected_parts(result):
-    out, args, state = result
+    out, args, state, python = result
     if REPRO_FLAT_OUTPUTS:
         return [("output", [t for t in repro_leaves(out) if isinstance(t, torch.Tensor)])]
     return [("output", out if REPRO_OUTPUT_INDEX is None else repro_pick(out)),
-            ("inputs after the call", args), ("module state after the call", state)]
+            ("inputs after the call", args), ("module state after the call", state), (REPRO_PYTHON_STATE, python)]
 
 
 def repro_check_values(expected, expected64, actual):
@@ -300,7 +334,8 @@ def repro_check_values(expected, expected64, actual):
         e_parts = repro_expected_parts(e)
         r_parts = repro_expected_parts(e64) if e64 is not None else [(label, None) for label, _ in e_parts]
         for (label, ev), (_, rv), (_, av) in zip(e_parts, r_parts, repro_parts(a)):
-            problem = repro_compare(f"call {i}, {label}", ev, av, rv)
+            compare = repro_compare_python if label == REPRO_PYTHON_STATE else repro_compare
+            problem = compare(f"call {i}, {label}", ev, av, rv)
             if problem is not None:
                 return problem
     return None

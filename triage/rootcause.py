@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from nnforge.core.calls import CallStep
+from nnforge.core.python_state import value_kind
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.normalize import compiler_frames, headline, normalize_message
@@ -26,6 +27,7 @@ from nnforge.triage.normalize import compiler_frames, headline, normalize_messag
 CRASH_LIKE = frozenset({Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM})
 FRAMES_IN_KEY = 3
 STALE = '["stale state"'  # how every stale-state key begins
+LOST_WRITE = '["lost side effect"'  # how every key of a lost write to Python state begins
 
 # g++/clang: "/tmp/x/cabc.cpp:12:34: error: 'tmp0_tail' was not declared in this scope"
 _CPP_ERROR = re.compile(r"^[^\n]*?\berror:\s*(?P<msg>[^\n]+)$", re.MULTILINE)
@@ -51,23 +53,13 @@ def crash_message(verdict: Verdict) -> str:
 
 
 # -- state changes between calls ----------------------------------------------------------------------------
-def _value_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float, str)):
-        return type(value).__name__
-    if value is None:
-        return "None"
-    return "container" if isinstance(value, (list, dict, tuple)) else type(value).__name__
-
-
 def step_changes(prev: CallStep, step: CallStep) -> list[str]:
     """What `step` changes relative to the call before it, as kinds (not names or values)."""
     out: list[str] = []
     for value in step.set_attrs.values():
-        out.append(f"attribute ({_value_kind(value)})")
+        out.append(f"attribute ({value_kind(value)})")
     for value in step.set_globals.values():
-        out.append(f"global ({_value_kind(value)})")
+        out.append(f"global ({value_kind(value)})")
     if step.mode is not None and step.mode != (prev.mode or "train"):
         out.append("training flag")
     if step.grad_enabled is not None and step.grad_enabled != prev.grad_enabled:
@@ -101,12 +93,22 @@ def stale_key(verdict: Verdict, case: TestCase) -> str:
     return json.dumps(["stale state", list(changes)])
 
 
+def lost_write_key(verdict: Verdict) -> str | None:
+    """A wrong value that is a write to Python state (a module attribute, a program global) is
+    keyed by what was written, not by the ops around it: Dynamo lost or changed the write."""
+    if not verdict.side_effect:
+        return None
+    return json.dumps(["lost side effect", verdict.side_effect])
+
+
 # -- the provisional key -------------------------------------------------------------------------------------
 def provisional_key(verdict: Verdict, case: TestCase) -> str:
     """The cheap key of an unreduced finding (see the module docstring)."""
     head = [verdict.symptom.value, verdict.target, verdict.rung or ""]
     if is_stale_state(verdict, case):
         return json.dumps(head + [stale_key(verdict, case)])
+    if (lost := lost_write_key(verdict)) is not None:
+        return json.dumps(head + [lost])
     if verdict.symptom in CRASH_LIKE:
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
         return json.dumps(head + [verdict.exc_type or "", crash_message(verdict), list(frames)])

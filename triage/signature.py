@@ -7,6 +7,8 @@
   the (reduced) program: its operator sequence with dtypes (see canonical.py).
 - Stale state (the compiled run that kept its state disagrees with the one reset before every
   call) keys on what changed between calls (rootcause.py), not on the operators that carried it.
+- A lost write to Python state (a module attribute or program global that differs after a call)
+  keys on the kind of write (`module attribute (int)`), not on the operators either.
 
 Both carry the target and the blame rung: the same message from Dynamo and from Inductor are
 two bugs. `similarity` breaks ties between signatures whose keys differ (clustering uses it to
@@ -23,7 +25,8 @@ from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.canonical import canonical_form, op_names
 from nnforge.triage.normalize import compiler_frames, normalize_message
-from nnforge.triage.rootcause import CRASH_LIKE, FRAMES_IN_KEY, STALE, crash_message, is_stale_state, stale_key
+from nnforge.triage.rootcause import (CRASH_LIKE, FRAMES_IN_KEY, LOST_WRITE, STALE, crash_message, is_stale_state,
+                                      lost_write_key, stale_key)
 
 __all__ = ["CRASH_LIKE", "OUTPUT_LIKE", "canonical_form", "is_crash_like", "signature_of", "similarity"]
 
@@ -41,6 +44,8 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
     if is_stale_state(verdict, case):
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
                          key=stale_key(verdict, case), exc_type=verdict.exc_type, ops=ops)
+    if (lost := lost_write_key(verdict)) is not None:
+        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=lost, ops=ops)
     if symptom in CRASH_LIKE:
         message = crash_message(verdict)
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
@@ -66,7 +71,7 @@ def similarity(a: Signature, b: Signature) -> float:
         return 0.0
     if a.key == b.key and a.symptom == b.symptom and a.rung == b.rung:
         return 1.0
-    if STALE in (a.key[:len(STALE)], b.key[:len(STALE)]):  # a state change is no operator sequence
+    if any(k.startswith((STALE, LOST_WRITE)) for k in (a.key, b.key)):  # a state change is no operator sequence
         return 0.0
     rung = 1.0 if a.rung == b.rung else 0.5
     if is_crash_like(a.symptom):
