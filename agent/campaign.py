@@ -165,6 +165,8 @@ class GeneratorSource:
         self.store, self.cfg = store, cfg
         stored = store.get_meta("campaign_next_seed")
         self.next_seed = int(stored) if stored is not None else cfg.seed
+        # target -> operator instances its tests must not hold (the export table; ONNX targets only)
+        self.blocked: dict[str, frozenset[str]] = {}
 
     def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
         from nnforge.generator.engine import GeneratorConfig
@@ -175,7 +177,8 @@ class GeneratorSource:
         self.next_seed += 1
         self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
         onnx = parse_target(target).spec.family == "onnx"
-        case, _ = generate_case(GeneratorConfig(n_nodes=self.cfg.nodes, seed=n, onnx_only=onnx))
+        case, _ = generate_case(GeneratorConfig(n_nodes=self.cfg.nodes, seed=n, onnx_only=onnx,
+                                                blocked=self.blocked.get(target, frozenset())))
         return case, n
 
 
@@ -707,6 +710,7 @@ class Campaign:
                     isolation = pool.isolation.summary()
                     self.store.set_meta("sandbox", isolation)
                     self.display.event(isolation)
+                self._load_export_table(pool)
                 reason = self._loop()
             finally:
                 if self.triage is not None:
@@ -726,6 +730,44 @@ class Campaign:
             outcome = self._finish(reason)
             self.display.stop()
         return outcome
+
+    def _load_export_table(self, pool: Any) -> None:
+        """For ONNX targets: what the installed export path carries (agent/export_probe.py), so their
+        generated tests hold only instances it was not seen to refuse. Probing, once per set of
+        versions, does not count against the budget."""
+        from nnforge.oracle.backend import parse_target
+
+        onnx_targets = [t for t in self.cfg.targets if parse_target(t).spec.family == "onnx"]
+        source = self.sources.get("generator")
+        if not onnx_targets or source is None:
+            return
+        from nnforge.agent.export_probe import export_table_for
+        from nnforge.core.settings import load_settings
+        from nnforge.oracle.sandbox import WorkerPool
+
+        t0 = time.monotonic()
+        own = None
+        if pool is None:  # Ray: probe on a local pool of its own
+            own = pool = WorkerPool(size=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
+                                    inductor_cache_dir=_inductor_cache_dir())
+        try:
+            table = export_table_for(load_settings().export_table_dir, pool.call, self.cfg.workers, self.display.event)
+        except Exception as e:  # no table: ONNX tests are generated as before, and say so
+            self.display.event(f"export table unavailable ({type(e).__name__}: {e}); ONNX tests use the specs' claims")
+            return
+        finally:
+            if own is not None:
+                own.close()
+        parts = []
+        for target in onnx_targets:
+            name = parse_target(target).name
+            source.blocked[target] = table.blocked_for_target(name)
+            parts.append(f"{name} {len(source.blocked[target])}")
+        line = (f"export table: {len(table.counts)} operator instances probed; blocked as the path refuses them: "
+                f"{', '.join(parts)}")
+        self.store.set_meta("export_table", line)
+        self.display.event(line)
+        self.run_t0 += time.monotonic() - t0  # the budget is for tests
 
     def _loop(self) -> str:
         pending = self._load_pending()

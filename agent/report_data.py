@@ -137,6 +137,7 @@ class CampaignView:
     compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
+    export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
     gated: dict[str, int] = field(default_factory=dict)  # target -> tests stopped by the ONNX export in front of it
 
     @property
@@ -282,7 +283,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
     clusters = _clusters(db, folder, started)
     series, source = _series(db, stats, clusters, started)
     return CampaignView(
-        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), config=config, started=started, elapsed_s=elapsed,
+        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts, gated=gated,
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),

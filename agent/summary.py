@@ -85,6 +85,8 @@ def render_summary(view: CampaignView) -> str:
                      f"{view.findings.get('attached', 0)} attached to their key's cluster unreduced, "
                      f"{view.findings.get('new', 0)} waiting, of which {view.findings.get('failed', 0)} failed triage)"),
     ]
+    if view.export_table:
+        head.append(("ONNX generation", view.export_table))
     if view.covered_lines is not None:
         head.append(("compiler lines covered", view.covered_lines))
     if view.llm is not None:

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     # environment and a temp working directory only.
     worker_sandbox: Literal["strong", "basic"] = "strong"
     inductor_cache_dir: str = "~/.cache/nnforge/inductor"
+    # what the installed ONNX path carries, probed once per set of versions (core/export_table.py)
+    export_table_dir: str = "~/.cache/nnforge/export-table"
 
     # Value search.
     value_search_budget_ms: float = Field(VALUE_SEARCH_BUDGET_MS, ge=0)

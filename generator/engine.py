@@ -16,6 +16,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import torch
 import z3
@@ -47,6 +48,9 @@ class GeneratorConfig:
     weight_prob: float = 0.3  # chance that a float placeholder becomes an nn.Parameter
     timeout_ms: float = 4000.0  # per model: whatever is built by then is the model
     onnx_only: bool = False  # only ops whose spec claims ONNX export
+    # operator instances never to build, as instance_key(op, input dtypes): for ONNX targets, those the
+    # installed export path was seen to refuse (core/export_table.py, learned by probing)
+    blocked: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -135,6 +139,11 @@ _UNIONS = frozenset({"cat", "stack"})  # results holding every element of every 
 # Reductions that have a value over no elements at all (none that a domain of the op itself
 # rules out), and that value.
 _EMPTY_REDUCTION = {"sum": 0.0, "nansum": 0.0, "count_nonzero": 0.0, "vector_norm": 0.0, "prod": 1.0}
+
+
+def instance_key(op: str, in_dtypes: Sequence[str]) -> str:
+    """An operator instance as far as its input dtypes go: `pow(int16,int16)`."""
+    return f"{op}({','.join(in_dtypes)})"
 
 
 @functools.lru_cache(maxsize=None)
@@ -272,6 +281,10 @@ class GraphGenerator:
             new_ids.append(chosen[j])
         in_ids = chosen
         ins = [self.vals[i] for i in in_ids]
+        if self._blocked(spec, ins):
+            self.stats.no_match += 1
+            self._forget(new_ids)
+            return False
         op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
         in_facts = [self._facts_of(i) for i in in_ids]
         if hopeless(op, in_facts):
@@ -339,6 +352,9 @@ class GraphGenerator:
         self.bin_placeholders(new_ids)
         return True
 
+    def _blocked(self, spec: type[OpSpec], ins: list[_Val]) -> bool:
+        return bool(self.cfg.blocked) and instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
+
     def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
         """Whether the node just appended is to blame for the graph's facts failing once its
         chain's root is refreshed: some op's operands left its domain, and the facts held
@@ -364,6 +380,9 @@ class GraphGenerator:
         target = self.rng.choice(candidates)
         in_sigs = spec.deduct_inputs(target.t.sig, self.rng)
         if in_sigs is None or not spec.accepts(in_sigs) or any(r > self.cfg.max_rank for _, r in in_sigs):
+            self.stats.no_match += 1
+            return False
+        if self.cfg.blocked and instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked:
             self.stats.no_match += 1
             return False
         wset = set(spec.weight_inputs)

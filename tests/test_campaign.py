@@ -117,10 +117,16 @@ def test_the_scheduler_favours_arms_that_showed_new_behaviour_and_round_trips_th
 # -- slow: real campaigns ----------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path):
+    from nnforge.agent.export_probe import export_versions
+    from nnforge.core.export_table import ExportTable
+
     out = tmp_path / "camp"
+    table = ExportTable(versions=export_versions())  # probed before: this campaign loads it, no probing
+    table.record("log(int64)", {"export": 0, "ort": None, "tvm": None})
+    table.save(tmp_path / "tables")
     t0 = time.monotonic()
     res = _campaign("--budget", "60s", "--targets", "inductor,ort", "--workers", "2", "--nodes", "5", "--llm", "none",
-                    "-o", str(out))
+                    "-o", str(out), env={"NNFORGE_EXPORT_TABLE_DIR": str(tmp_path / "tables")})
     wall = time.monotonic() - t0
     assert res.returncode == 0, res.stdout + res.stderr
     assert wall < 60 + 15 + 45  # the budget, the drain, start and reports
@@ -139,6 +145,8 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert json.loads(stats[-1][2])["verdicts"]
     meta = dict(_query(out, "SELECT key, value FROM meta"))
     assert meta["campaign_status"] == "finished"
+    assert "1 operator instances probed" in meta["export_table"] and "ort 1" in meta["export_table"]
+    assert "ONNX generation" in (out / "summary.md").read_text()
     assert json.loads(meta["scheduler_state"])["policy"] == "thompson-beta"
     bugs = _query(out, "SELECT COUNT(*) FROM tests WHERE symptom NOT IN ('pass', 'invalid')")[0][0]
     assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == bugs  # every bug verdict is a finding

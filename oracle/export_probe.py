@@ -1,0 +1,119 @@
+"""The worker half of the export probe (see generator/export_probe.py): does the installed ONNX
+path carry these one-operator programs?
+
+Runs inside a sandboxed worker (`WorkerPool.call("nnforge.oracle.export_probe.probe_export", ...)`),
+because the programs are generated code. For each program it takes the steps an `ort` or `tvm`
+test takes in front of the runtime, and records which refused it:
+
+- `export`: `onnx_backends.export_for_backend`, the very call of the `onnx_export` rung (the
+  TorchScript exporter, then ONNX's checker with full shape inference);
+- `ort`: creating an ONNX Runtime session with every optimisation off, where ORT says it has no
+  kernel for an operator and type (its NotImplemented);
+- `tvm`: TVM's Relax importer, where it raises its own "not implemented" or a refusal listed in
+  oracle/limitations.py.
+
+Only refusals count. Any other exception there (a crash inside ORT or TVM) is what a test is for,
+so it is recorded as passing: blocking it would hide a bug.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PASSED, REFUSED, NOT_REACHED = 1, 0, None
+
+
+def probe_export(payload: dict[str, Any]) -> dict[str, Any]:
+    """payload: {"pairs": [[op, dtype, seed], ...], "checks": ["export", "ort", "tvm"]}.
+    Returns {"results": [[key, {check: 1 | 0 | None}, reason], ...], "elapsed_s": float}."""
+    from nnforge.generator.export_probe import probes_for
+
+    t0 = time.perf_counter()
+    checks = tuple(payload.get("checks") or ("export", "ort", "tvm"))
+    results: list[list[Any]] = []
+    for op, dtype, seed in payload["pairs"]:
+        for probe in probes_for(str(op), str(dtype), int(seed)):
+            outcome, reason = probe_program(probe.program, checks)
+            results.append([probe.key, outcome, reason])
+    return {"results": results, "elapsed_s": round(time.perf_counter() - t0, 3)}
+
+
+def probe_program(source: str, checks: tuple[str, ...]) -> tuple[dict[str, int | None], str]:
+    """{check: PASSED | REFUSED | NOT_REACHED} for one program, and the first refusal's reason."""
+    import torch
+
+    from nnforge.oracle.backend import Unsupported
+    from nnforge.oracle.onnx_backends import export_for_backend
+    from nnforge.oracle.program_loader import load_program
+
+    outcome: dict[str, int | None] = {c: NOT_REACHED for c in checks}
+    try:
+        module = load_program(source, name="probe")
+        torch.manual_seed(0)
+        model, args = module.Model(), tuple(module.make_inputs())
+        with torch.no_grad():
+            model(*args)
+    except Exception as e:  # the program itself does not run: nothing to learn about the path
+        return outcome, f"the program does not run: {type(e).__name__}: {e}"[:200]
+    try:
+        with torch.no_grad():
+            onnx_bytes = export_for_backend(model, args)
+    except Exception as e:
+        outcome["export"] = REFUSED
+        return outcome, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    outcome["export"] = PASSED
+    reasons = []
+    for check, runner in (("ort", _ort_session), ("tvm", _tvm_import)):
+        if check not in checks:
+            continue
+        try:
+            runner(onnx_bytes, args)
+            outcome[check] = PASSED
+        except Unsupported as e:
+            outcome[check] = REFUSED
+            reasons.append(f"{check}: {str(e).splitlines()[0] if str(e) else ''}"[:200])
+        except Exception:
+            outcome[check] = PASSED  # a crash is for a test to find, not for the probe to hide
+    return outcome, "; ".join(reasons)
+
+
+def _ort_session(onnx_bytes: bytes, args: tuple[Any, ...]) -> None:
+    import onnxruntime as ort
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    from nnforge.oracle.backend import Unsupported
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
+    except ort_state.NotImplemented as e:
+        raise Unsupported(f"ONNX Runtime has no kernel for this: {e}") from e
+
+
+def _tvm_import(onnx_bytes: bytes, args: tuple[Any, ...]) -> None:
+    import onnx
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+
+    from nnforge.oracle.backend import Unsupported
+    from nnforge.oracle.job import _message, _type_name, frames_of, root_cause
+    from nnforge.oracle.limitations import known_limitation
+    from nnforge.oracle.onnx_backends import feeds_for
+
+    feeds = feeds_for(onnx_bytes, args)
+    proto = onnx.load_from_string(onnx_bytes)
+    order = [i.name for i in proto.graph.input]
+    try:
+        from_onnx(proto, shape_dict={n: list(feeds[n].shape) for n in order},
+                  dtype_dict={n: str(feeds[n].dtype) for n in order}, keep_params_in_input=False)
+    except (tvm.error.OpNotImplemented, tvm.error.OpAttributeUnImplemented, NotImplementedError) as e:
+        raise Unsupported(f"TVM's ONNX importer does not support this: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        root = root_cause(e)
+        if known_limitation("tvm_frontend", _type_name(root), _message(root), frames_of(root, set())) is not None:
+            raise Unsupported(f"a documented TVM limitation: {root}") from e
+        raise

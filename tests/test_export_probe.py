@@ -1,0 +1,55 @@
+"""ONNX targets generate what the export path carries: the path is probed (real exporter, ONNX
+checker, ONNX Runtime, TVM importer, in real sandboxed workers), the refusals go into a table
+cached per versions, and generation for an ONNX target skips the instances the table blocks."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from nnforge.agent.export_probe import export_versions, probe_table
+from nnforge.core.export_table import ExportTable, load_table
+from nnforge.generator.engine import GeneratorConfig, generate_graph
+from nnforge.generator.export_probe import instance_keys
+
+
+def test_a_key_is_blocked_only_where_a_check_refused_it_and_never_passed_it(tmp_path) -> None:
+    t = ExportTable(versions={"torch": "x"})
+    t.record("log(int64)", {"export": 0, "ort": None, "tvm": None}, "checker: Log takes no int64")
+    t.record("prod(int16)", {"export": 0, "ort": None, "tvm": None})
+    t.record("prod(int16)", {"export": 1, "ort": 0, "tvm": 1})  # one attribute form exports
+    t.record("tan(float64)", {"export": 1, "ort": 0, "tvm": 1})
+    t.record("add(float32)", {"export": 1, "ort": 1, "tvm": 1})
+    assert t.blocked(["export"]) == {"log(int64)"}
+    assert t.blocked_for_target("ort") == {"log(int64)", "prod(int16)", "tan(float64)"}
+    assert t.blocked_for_target("tvm") == {"log(int64)"}
+    t.save(tmp_path)
+    again = load_table(tmp_path, {"torch": "x"})
+    assert again is not None and again.blocked_for_target("ort") == t.blocked_for_target("ort")
+    assert again.reasons["log(int64)"].startswith("checker")
+    assert load_table(tmp_path, {"torch": "y"}) is None  # another version's table is never used
+
+
+def test_generation_skips_blocked_instances() -> None:
+    seen: Counter[str] = Counter()
+    for seed in range(30):
+        seen.update(instance_keys(generate_graph(GeneratorConfig(n_nodes=6, seed=seed, onnx_only=True)).graph))
+    blocked = frozenset(k for k, _ in seen.most_common(8))
+    with_blocked: Counter[str] = Counter()
+    for seed in range(30):
+        gen = generate_graph(GeneratorConfig(n_nodes=6, seed=seed, onnx_only=True, blocked=blocked))
+        with_blocked.update(instance_keys(gen.graph))
+    assert not blocked & set(with_blocked)
+    assert sum(with_blocked.values()) >= 0.8 * sum(seen.values())  # the graphs still grow, from other instances
+
+
+@pytest.mark.slow
+def test_probing_the_installed_path_blocks_what_it_refuses_and_only_that(pool) -> None:
+    table = probe_table(pool.call, 2, ops=("log", "tan", "add"))
+    assert table.versions == export_versions()
+    assert "log(int64)" in table.blocked(["export"])  # ONNX's Log takes no integers: the checker refuses
+    assert "tan(float64)" in table.blocked_for_target("ort")  # ORT has no float64 Tan kernel
+    assert "tan(float64)" not in table.blocked_for_target("tvm")
+    assert not any(k.startswith("add(float32") for k in table.blocked_for_target("ort"))
+    assert not any(k.startswith("log(float32") for k in table.blocked_for_target("tvm"))
