@@ -170,6 +170,7 @@ class GeneratorSource:
 
     def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
         from nnforge.generator.engine import GeneratorConfig
+        from nnforge.generator.export_probe import onnx_config
         from nnforge.generator.seeds import generate_case
         from nnforge.oracle.backend import parse_target
 
@@ -177,8 +178,10 @@ class GeneratorSource:
         self.next_seed += 1
         self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
         onnx = parse_target(target).spec.family == "onnx"
-        case, _ = generate_case(GeneratorConfig(n_nodes=self.cfg.nodes, seed=n, onnx_only=onnx,
-                                                blocked=self.blocked.get(target, frozenset())))
+        cfg = GeneratorConfig(n_nodes=self.cfg.nodes, seed=n)
+        if onnx:
+            cfg = onnx_config(cfg, self.blocked.get(target, frozenset()))
+        case, _ = generate_case(cfg)
         return case, n
 
 
@@ -763,8 +766,8 @@ class Campaign:
             name = parse_target(target).name
             source.blocked[target] = table.blocked_for_target(name)
             parts.append(f"{name} {len(source.blocked[target])}")
-        line = (f"export table: {len(table.counts)} operator instances probed; blocked as the path refuses them: "
-                f"{', '.join(parts)}")
+        line = (f"export table of {len(table.probes)} probes: operator instances blocked as the path refuses "
+                f"them: {', '.join(parts)}")
         self.store.set_meta("export_table", line)
         self.display.event(line)
         self.run_t0 += time.monotonic() - t0  # the budget is for tests

@@ -60,9 +60,10 @@ def probe_table(call: Callable[..., Any], workers: int, *, progress: Callable[[i
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="nnforge-export-probe") as threads:
         for results in threads.map(run, batches):
             for row in results:
-                if isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], dict):
-                    table.record(row[0], {c: row[1].get(c) for c in CHECKS if row[1].get(c) in (0, 1, None)},
-                                 str(row[2] or ""))
+                if isinstance(row, list) and len(row) == 4 and isinstance(row[0], str) and isinstance(row[1], str) \
+                        and isinstance(row[2], dict):
+                    table.record(row[0], {c: row[2].get(c) for c in CHECKS if row[2].get(c) in (0, 1)},
+                                 str(row[3] or ""), rank_key=row[1])
             done += 1
             if progress is not None:
                 progress(done, len(batches))
@@ -76,7 +77,7 @@ def export_table_for(folder: str, call: Callable[..., Any], workers: int,
     versions = export_versions()
     table = load_table(folder, versions)
     if table is not None:
-        event(f"export table: {len(table.counts)} operator instances probed before ({folder})")
+        event(f"export table: {len(table.probes)} probes made before ({folder})")
         return table
     event("export table: probing what the installed ONNX path carries (once per set of versions) ...")
     last = [0.0]
@@ -89,7 +90,7 @@ def export_table_for(folder: str, call: Callable[..., Any], workers: int,
     table = probe_table(call, workers, progress=progress)
     try:
         path = table.save(folder)
-        event(f"export table: {len(table.counts)} operator instances probed in {table.probe_s:.0f} s, saved to {path}")
+        event(f"export table: {len(table.probes)} probes in {table.probe_s:.0f} s, saved to {path}")
     except OSError as e:
         event(f"export table: probed in {table.probe_s:.0f} s but not saved ({e}); the next campaign probes again")
     return table

@@ -28,7 +28,8 @@ from nnforge.generator.seeds import generate_case
 from nnforge.oracle.sandbox import WorkerPool
 from nnforge.triage.cluster import pairwise_precision_recall
 
-FAULTS = ("faulty_crash:sin", "faulty_crash:exp", "faulty_perturb:add", "faulty_perturb:mul", "faulty_segv:relu")
+FAULTS = ("faulty_crash:sin", "faulty_crash:exp", "faulty_perturb:add", "faulty_perturb:mul", "faulty_segv:relu",
+          "faulty_lost_write")
 OPS = ("sin", "exp", "add", "mul", "relu", "neg", "abs", "tanh", "sub", "cos")
 
 
@@ -41,6 +42,31 @@ def cases_with_op(op: str, count: int, seed0: int) -> list:
         if op in case.meta["ops"]:
             out.setdefault(case.case_id, case)
     return list(out.values())
+
+
+def cases_with_side_effects(count: int, seed0: int) -> list:
+    """Generator programs rewritten by the F1 mutator (a call counter, a list the module owns, a
+    global list): the writes `faulty_lost_write` loses, carried by whatever ops each program has."""
+    import random
+
+    from nnforge.mutators.base import get_mutator
+
+    mutator = get_mutator("f1_attribute_side_effects")
+    out: dict[str, object] = {}
+    seed = seed0
+    while len(out) < count:
+        case, _ = generate_case(GeneratorConfig(n_nodes=5, seed=seed, ops=OPS, dtypes=("float32",)))
+        seed += 1
+        mutant = mutator.mutate(case, random.Random(seed)) if mutator.applicable(case) else None
+        if mutant is not None:
+            out.setdefault(mutant.case_id, mutant)
+    return list(out.values())
+
+
+def cases_for(fault: str, count: int, seed0: int) -> list:
+    if fault == "faulty_lost_write":
+        return cases_with_side_effects(count, seed0)
+    return cases_with_op(fault.split(":", 1)[1], count, seed0)
 
 
 def main() -> None:
@@ -62,9 +88,8 @@ def main() -> None:
     with Store(camp) as store, WorkerPool(size=1, timeout_s=settings.worker_timeout_s,
                                           inductor_cache_dir=settings.inductor_cache_dir) as pool:
         for k, fault in enumerate(faults):
-            op = fault.split(":", 1)[1]
             inbox = work / "inbox" / fault.replace(":", "_")
-            for i, case in enumerate(cases_with_op(op, args.per_fault, args.seed + 10_000 * k)):
+            for i, case in enumerate(cases_for(fault, args.per_fault, args.seed + 10_000 * k)):
                 case.save(inbox / f"c{i:02d}")
             import_cases(store, pool, inbox, camp, [fault], settings)
         judged_s = time.monotonic() - start

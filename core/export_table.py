@@ -1,10 +1,11 @@
 """What the installed ONNX path carries, per operator instance: the export probe's table.
 
-Keys are the generator's `instance_key(op, input dtypes)` (`pow(int16,int16)`); each key counts,
-per check (`export`: exporter + ONNX checker; `ort`: an ONNX Runtime session; `tvm`: TVM's Relax
-importer), how many probe programs passed and how many were refused. A key is blocked for a check
-only when that check refused it and never passed it: attribute forms that sometimes pass keep
-the key open, so probing never takes away more than it saw refused.
+Each probe program is one row: its operator instance (the generator's `instance_key(op, input
+dtypes)`, `pow(int16,int16)`), its rank key (`rank_key(op, first input's rank)`, `pow@0`), and per
+check (`export`: exporter, ONNX checker, and the graph's declared output dtypes against eager's;
+`ort`: an ONNX Runtime session; `tvm`: TVM's Relax importer) whether it passed or was refused. A
+key is blocked for a check only when that check refused it and never passed it: attribute forms
+that sometimes pass keep the key open, so probing never takes away more than it saw refused.
 
 The table is plain data in one JSON file per set of installed versions, so a probe runs once per
 machine and upgrade, and a table from other versions is never used.
@@ -21,50 +22,73 @@ from typing import Any, Iterable
 
 CHECKS = ("export", "ort", "tvm")
 TARGET_CHECKS = {"ort": ("export", "ort"), "tvm": ("export", "tvm")}  # what stands in front of each runtime
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass
 class ExportTable:
     versions: dict[str, str]
-    counts: dict[str, dict[str, list[int]]] = field(default_factory=dict)  # key -> check -> [passed, refused]
-    reasons: dict[str, str] = field(default_factory=dict)  # key -> the first refusal seen, for people
+    # one row per probe program: [instance key, rank key, {check: 1 passed | 0 refused | None not reached}]
+    probes: list[list[Any]] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # instance key -> the first refusal seen, for people
     probe_s: float = 0.0
 
-    def record(self, key: str, outcome: dict[str, int | None], reason: str = "") -> None:
+    def record(self, key: str, outcome: dict[str, int | None], reason: str = "", rank_key: str = "") -> None:
         """One probe program's outcome: check -> 1 (passed), 0 (refused) or None (not reached)."""
-        per_key = self.counts.setdefault(key, {})
-        for check, result in outcome.items():
-            if result is None:
-                continue
-            pair = per_key.setdefault(check, [0, 0])
-            pair[0 if result else 1] += 1
+        self.probes.append([key, rank_key, {c: v for c, v in outcome.items() if v in (0, 1)}])
         if reason and key not in self.reasons:
             self.reasons[key] = reason
 
-    def refused(self, key: str, check: str) -> bool:
-        passed, refused = self.counts.get(key, {}).get(check, [0, 0])
-        return refused > 0 and passed == 0
+    @property
+    def counts(self) -> dict[str, dict[str, list[int]]]:
+        """instance key -> check -> [passed, refused]."""
+        out: dict[str, dict[str, list[int]]] = {}
+        for key, _, outcome in self.probes:
+            for check, result in outcome.items():
+                out.setdefault(key, {}).setdefault(check, [0, 0])[0 if result else 1] += 1
+        return out
 
     def blocked(self, checks: Iterable[str]) -> frozenset[str]:
-        """Keys some of `checks` refused and never passed: the instances a target's tests must not hold."""
+        """Keys some of `checks` refused and never passed: the instances a target's tests must not hold.
+
+        Instance keys (`log(int64)`) are blocked on their own probes. A rank key (`pixel_shuffle@3`:
+        the operator with a first input of that rank) is blocked where every probe at that rank
+        was refused and at least one of them had input dtypes that pass at another rank, so a
+        refusal that the dtypes explain never blocks a rank."""
         checks = tuple(checks)
-        return frozenset(k for k in self.counts if any(self.refused(k, c) for c in checks))
+        by_key: dict[str, list[dict[str, int]]] = {}
+        by_rank: dict[str, list[tuple[str, dict[str, int]]]] = {}
+        for key, rank_key, outcome in self.probes:
+            by_key.setdefault(key, []).append(outcome)
+            if rank_key:
+                by_rank.setdefault(rank_key, []).append((key, outcome))
+
+        def refused(outcomes: list[dict[str, int]], check: str) -> bool:
+            seen = [o[check] for o in outcomes if check in o]
+            return bool(seen) and not any(seen)
+
+        keys = {k for k, outs in by_key.items() if any(refused(outs, c) for c in checks)}
+        for rank_key, rows in by_rank.items():
+            for c in checks:
+                if refused([o for _, o in rows], c) and any(k not in keys for k, o in rows if c in o):
+                    keys.add(rank_key)
+                    break
+        return frozenset(keys)
 
     def blocked_for_target(self, target: str) -> frozenset[str]:
         return self.blocked(TARGET_CHECKS.get(target, ("export",)))
 
     # -- files ----------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "versions": self.versions, "probe_s": self.probe_s, "counts": self.counts,
+        return {"format": FORMAT, "versions": self.versions, "probe_s": self.probe_s, "probes": self.probes,
                 "reasons": self.reasons}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ExportTable":
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError("not an export table of this NNForge")
-        counts = {str(k): {str(c): [int(x) for x in v][:2] for c, v in per.items()} for k, per in d["counts"].items()}
-        return cls(versions=dict(d["versions"]), counts=counts, reasons=dict(d.get("reasons") or {}),
+        probes = [[str(k), str(r), {str(c): int(v) for c, v in o.items() if v in (0, 1)}] for k, r, o in d["probes"]]
+        return cls(versions=dict(d["versions"]), probes=probes, reasons=dict(d.get("reasons") or {}),
                    probe_s=float(d.get("probe_s") or 0.0))
 
     def save(self, folder: str | Path) -> Path:

@@ -48,9 +48,13 @@ class GeneratorConfig:
     weight_prob: float = 0.3  # chance that a float placeholder becomes an nn.Parameter
     timeout_ms: float = 4000.0  # per model: whatever is built by then is the model
     onnx_only: bool = False  # only ops whose spec claims ONNX export
-    # operator instances never to build, as instance_key(op, input dtypes): for ONNX targets, those the
+    # operator instances never to build, as instance_key(op, input dtypes) or rank_key(op, first input's
+    # rank): for ONNX targets, those the
     # installed export path was seen to refuse (core/export_table.py, learned by probing)
     blocked: frozenset[str] = frozenset()
+    # placeholders of these float dtypes become weights, never forward's inputs (ONNX backends take no
+    # bfloat16 inputs, but a bfloat16 parameter exports as an initializer)
+    weight_only_dtypes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -144,6 +148,11 @@ _EMPTY_REDUCTION = {"sum": 0.0, "nansum": 0.0, "count_nonzero": 0.0, "vector_nor
 def instance_key(op: str, in_dtypes: Sequence[str]) -> str:
     """An operator instance as far as its input dtypes go: `pow(int16,int16)`."""
     return f"{op}({','.join(in_dtypes)})"
+
+
+def rank_key(op: str, first_rank: int) -> str:
+    """An operator instance as far as the rank of its first input goes: `pixel_shuffle@3`."""
+    return f"{op}@{first_rank}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -353,7 +362,10 @@ class GraphGenerator:
         return True
 
     def _blocked(self, spec: type[OpSpec], ins: list[_Val]) -> bool:
-        return bool(self.cfg.blocked) and instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
+        if not self.cfg.blocked:
+            return False
+        return (instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
+                or rank_key(spec.name, ins[0].t.rank if ins else 0) in self.cfg.blocked)
 
     def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
         """Whether the node just appended is to blame for the graph's facts failing once its
@@ -382,7 +394,8 @@ class GraphGenerator:
         if in_sigs is None or not spec.accepts(in_sigs) or any(r > self.cfg.max_rank for _, r in in_sigs):
             self.stats.no_match += 1
             return False
-        if self.cfg.blocked and instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked:
+        if self.cfg.blocked and (instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked
+                                 or rank_key(spec.name, in_sigs[0][1] if in_sigs else 0) in self.cfg.blocked):
             self.stats.no_match += 1
             return False
         wset = set(spec.weight_inputs)
@@ -441,10 +454,12 @@ class GraphGenerator:
             graph.values[v.id] = Value(v.id, v.t.dtype, v.t.concretise(model))
         placeholders = [v for v in self.vals.values() if v.placeholder]
         for v in placeholders:
-            make_weight = is_float(v.t.dtype) and (v.weight_hint or self.rng.random() < self.cfg.weight_prob)
+            make_weight = is_float(v.t.dtype) and (v.t.dtype in self.cfg.weight_only_dtypes or v.weight_hint
+                                                   or self.rng.random() < self.cfg.weight_prob)
             (graph.weights if make_weight else graph.inputs).append(v.id)
-        if not graph.inputs and graph.weights:
-            graph.inputs.append(graph.weights.pop(0))
+        if not graph.inputs and graph.weights:  # forward takes at least one input: the first weight that may be one
+            usable = [i for i, w in enumerate(graph.weights) if graph.values[w].dtype not in self.cfg.weight_only_dtypes]
+            graph.inputs.append(graph.weights.pop(usable[0] if usable else 0))
         consumed = {i for n in self.nodes for i in n.inputs}
         onnx_ok = True
         for n in self.nodes:

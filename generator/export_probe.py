@@ -15,17 +15,20 @@ This module only plans probes and writes their programs; running them is the ora
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from nnforge.core.dtypes import ALL_DTYPES
-from nnforge.generator.engine import GeneratorConfig, generate_graph, instance_key
+from nnforge.generator.engine import GeneratorConfig, generate_graph, instance_key, rank_key
 from nnforge.generator.ir import Graph
 from nnforge.generator.materialize import to_program
 from nnforge.generator.spec import all_ops
 
-# bfloat16 inputs never reach an ONNX backend (oracle/onnx_backends.py refuses them as inputs)
-PROBE_DTYPES = tuple(d for d in ALL_DTYPES if d != "bfloat16")
+# ONNX backends take no bfloat16 inputs (oracle/onnx_backends.py): for ONNX targets such placeholders
+# become parameters, which export as initializers. A one-operator probe has a single placeholder,
+# which must be an input, so bfloat16 is not probed as the growing dtype (it is as a partner's).
+ONNX_WEIGHT_ONLY_DTYPES = ("bfloat16",)
+PROBE_DTYPES = tuple(d for d in ALL_DTYPES if d not in ONNX_WEIGHT_ONLY_DTYPES)
 PROBES_PER_PAIR = 2  # programs per (operator, placeholder dtype): attributes and partner dtypes vary
 PROBE_GENERATION_MS = 400.0
 
@@ -33,7 +36,16 @@ PROBE_GENERATION_MS = 400.0
 @dataclass(frozen=True)
 class Probe:
     key: str  # instance_key of the program's one operator
+    rank_key: str  # rank_key of the same
     program: str
+
+
+def onnx_config(base: GeneratorConfig, blocked: frozenset[str] = frozenset()) -> GeneratorConfig:
+    """`base` for a test headed for an ONNX target: ops that claim export, no instance the export
+    table blocks, no bfloat16 input."""
+    placeholders = tuple(d for d in base.dtypes if d not in ONNX_WEIGHT_ONLY_DTYPES) or base.dtypes
+    return replace(base, onnx_only=True, blocked=blocked, weight_only_dtypes=ONNX_WEIGHT_ONLY_DTYPES,
+                   dtypes=placeholders)
 
 
 def probe_pairs(ops: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
@@ -47,8 +59,8 @@ def probes_for(op: str, dtype: str, seed: int, count: int = PROBES_PER_PAIR) -> 
     """Up to `count` one-operator programs of `op` growing from a `dtype` placeholder (fewer where
     the operator does not take it)."""
     for i in range(count):
-        cfg = GeneratorConfig(n_nodes=1, seed=seed * 101 + i, ops=(op,), dtypes=(dtype,), onnx_only=True,
-                              timeout_ms=PROBE_GENERATION_MS, zero_size_prob=0.0)
+        cfg = onnx_config(GeneratorConfig(n_nodes=1, seed=seed * 101 + i, ops=(op,), dtypes=(dtype,),
+                                          timeout_ms=PROBE_GENERATION_MS, zero_size_prob=0.0))
         try:
             gen = generate_graph(cfg)
         except Exception:
@@ -56,9 +68,11 @@ def probes_for(op: str, dtype: str, seed: int, count: int = PROBES_PER_PAIR) -> 
         nodes = [n for n in gen.graph.nodes if n.op == op]
         if len(gen.graph.nodes) != 1 or not nodes:
             continue
-        yield Probe(instance_keys(gen.graph)[0], to_program(gen.graph))
+        [(key, rank)] = node_keys(gen.graph)
+        yield Probe(key, rank, to_program(gen.graph))
 
 
-def instance_keys(graph: Graph) -> list[str]:
-    """The instance key of every node of a generator graph (generator/ir.Graph)."""
-    return [instance_key(n.op, [graph.values[v].dtype for v in n.inputs]) for n in graph.nodes]
+def node_keys(graph: Graph) -> list[tuple[str, str]]:
+    """(instance_key, rank_key) of every node of a generator graph (generator/ir.Graph)."""
+    return [(instance_key(n.op, [graph.values[v].dtype for v in n.inputs]),
+             rank_key(n.op, len(graph.values[n.inputs[0]].shape) if n.inputs else 0)) for n in graph.nodes]

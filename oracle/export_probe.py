@@ -26,7 +26,7 @@ PASSED, REFUSED, NOT_REACHED = 1, 0, None
 
 def probe_export(payload: dict[str, Any]) -> dict[str, Any]:
     """payload: {"pairs": [[op, dtype, seed], ...], "checks": ["export", "ort", "tvm"]}.
-    Returns {"results": [[key, {check: 1 | 0 | None}, reason], ...], "elapsed_s": float}."""
+    Returns {"results": [[key, rank key, {check: 1 | 0 | None}, reason], ...], "elapsed_s": float}."""
     from nnforge.generator.export_probe import probes_for
 
     t0 = time.perf_counter()
@@ -35,7 +35,7 @@ def probe_export(payload: dict[str, Any]) -> dict[str, Any]:
     for op, dtype, seed in payload["pairs"]:
         for probe in probes_for(str(op), str(dtype), int(seed)):
             outcome, reason = probe_program(probe.program, checks)
-            results.append([probe.key, outcome, reason])
+            results.append([probe.key, probe.rank_key, outcome, reason])
     return {"results": results, "elapsed_s": round(time.perf_counter() - t0, 3)}
 
 
@@ -53,7 +53,7 @@ def probe_program(source: str, checks: tuple[str, ...]) -> tuple[dict[str, int |
         torch.manual_seed(0)
         model, args = module.Model(), tuple(module.make_inputs())
         with torch.no_grad():
-            model(*args)
+            eager = model(*args)
     except Exception as e:  # the program itself does not run: nothing to learn about the path
         return outcome, f"the program does not run: {type(e).__name__}: {e}"[:200]
     try:
@@ -62,6 +62,10 @@ def probe_program(source: str, checks: tuple[str, ...]) -> tuple[dict[str, int |
     except Exception as e:
         outcome["export"] = REFUSED
         return outcome, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    declared = _declared_dtype_mismatch(onnx_bytes, eager)
+    if declared:
+        outcome["export"] = REFUSED
+        return outcome, declared
     outcome["export"] = PASSED
     reasons = []
     for check, runner in (("ort", _ort_session), ("tvm", _tvm_import)):
@@ -76,6 +80,26 @@ def probe_program(source: str, checks: tuple[str, ...]) -> tuple[dict[str, int |
         except Exception:
             outcome[check] = PASSED  # a crash is for a test to find, not for the probe to hide
     return outcome, "; ".join(reasons)
+
+
+def _declared_dtype_mismatch(onnx_bytes: bytes, eager: Any) -> str:
+    """Where the exported graph declares an output dtype other than eager's (a float32 output for
+    an int16 result): every test of the instance would stop at the gate, whatever its values."""
+    import onnx
+    import torch
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    leaves = [t for t in torch.utils._pytree.tree_leaves(eager) if isinstance(t, torch.Tensor)]
+    declared = onnx.load_from_string(onnx_bytes).graph.output
+    for i, (decl, t) in enumerate(zip(declared, leaves)):
+        try:
+            want = str(tensor_dtype_to_np_dtype(decl.type.tensor_type.elem_type))
+        except Exception:
+            continue
+        got = str(t.dtype).removeprefix("torch.")
+        if want != got and not (want == "bool" and got == "bool"):
+            return f"the exported graph declares output {i} as {want} where eager returns {got}"
+    return ""
 
 
 def _ort_session(onnx_bytes: bytes, args: tuple[Any, ...]) -> None:

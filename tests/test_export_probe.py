@@ -11,19 +11,20 @@ import pytest
 from nnforge.agent.export_probe import export_versions, probe_table
 from nnforge.core.export_table import ExportTable, load_table
 from nnforge.generator.engine import GeneratorConfig, generate_graph
-from nnforge.generator.export_probe import instance_keys
+from nnforge.generator.export_probe import node_keys
 
 
 def test_a_key_is_blocked_only_where_a_check_refused_it_and_never_passed_it(tmp_path) -> None:
     t = ExportTable(versions={"torch": "x"})
-    t.record("log(int64)", {"export": 0, "ort": None, "tvm": None}, "checker: Log takes no int64")
-    t.record("prod(int16)", {"export": 0, "ort": None, "tvm": None})
-    t.record("prod(int16)", {"export": 1, "ort": 0, "tvm": 1})  # one attribute form exports
-    t.record("tan(float64)", {"export": 1, "ort": 0, "tvm": 1})
-    t.record("add(float32)", {"export": 1, "ort": 1, "tvm": 1})
-    assert t.blocked(["export"]) == {"log(int64)"}
+    t.record("log(int64)", {"export": 0}, "checker: Log takes no int64", rank_key="log@2")
+    t.record("prod(int16)", {"export": 0}, rank_key="prod@1")
+    t.record("prod(int16)", {"export": 1, "ort": 0, "tvm": 1}, rank_key="prod@3")  # one attribute form exports
+    t.record("tan(float64)", {"export": 1, "ort": 0, "tvm": 1}, rank_key="tan@2")
+    t.record("add(float32)", {"export": 1, "ort": 1, "tvm": 1}, rank_key="add@2")
+    assert t.blocked(["export"]) == {"log(int64)", "prod@1"}  # prod(int16) exports at rank 3: rank 1 is to blame
+    # for ORT, prod(int16) and tan(float64) are refused whatever the rank: no rank takes the blame
     assert t.blocked_for_target("ort") == {"log(int64)", "prod(int16)", "tan(float64)"}
-    assert t.blocked_for_target("tvm") == {"log(int64)"}
+    assert t.blocked_for_target("tvm") == {"log(int64)", "prod@1"}  # log@2: int64 explains it, not the rank
     t.save(tmp_path)
     again = load_table(tmp_path, {"torch": "x"})
     assert again is not None and again.blocked_for_target("ort") == t.blocked_for_target("ort")
@@ -34,12 +35,12 @@ def test_a_key_is_blocked_only_where_a_check_refused_it_and_never_passed_it(tmp_
 def test_generation_skips_blocked_instances() -> None:
     seen: Counter[str] = Counter()
     for seed in range(30):
-        seen.update(instance_keys(generate_graph(GeneratorConfig(n_nodes=6, seed=seed, onnx_only=True)).graph))
+        seen.update(k for k, _ in node_keys(generate_graph(GeneratorConfig(n_nodes=6, seed=seed, onnx_only=True)).graph))
     blocked = frozenset(k for k, _ in seen.most_common(8))
     with_blocked: Counter[str] = Counter()
     for seed in range(30):
         gen = generate_graph(GeneratorConfig(n_nodes=6, seed=seed, onnx_only=True, blocked=blocked))
-        with_blocked.update(instance_keys(gen.graph))
+        with_blocked.update(k for k, _ in node_keys(gen.graph))
     assert not blocked & set(with_blocked)
     assert sum(with_blocked.values()) >= 0.8 * sum(seen.values())  # the graphs still grow, from other instances
 
@@ -53,3 +54,18 @@ def test_probing_the_installed_path_blocks_what_it_refuses_and_only_that(pool) -
     assert "tan(float64)" not in table.blocked_for_target("tvm")
     assert not any(k.startswith("add(float32") for k in table.blocked_for_target("ort"))
     assert not any(k.startswith("log(float32") for k in table.blocked_for_target("tvm"))
+
+
+def test_onnx_tests_take_no_bfloat16_input_and_keep_other_configs_byte_for_byte() -> None:
+    from dataclasses import replace
+
+    from nnforge.generator.export_probe import onnx_config
+    from nnforge.generator.materialize import to_program
+
+    base = GeneratorConfig(n_nodes=6, seed=0, dtypes=("bfloat16", "float32"))
+    for seed in range(20):
+        gen = generate_graph(onnx_config(replace(base, seed=seed)))
+        inputs = [gen.graph.values[v].dtype for v in gen.graph.inputs]
+        assert "bfloat16" not in inputs or len(gen.graph.inputs) == 1 and not gen.graph.weights
+    plain = GeneratorConfig(n_nodes=6, seed=3)
+    assert to_program(generate_graph(plain).graph) == to_program(generate_graph(replace(plain, blocked=frozenset())).graph)
