@@ -217,6 +217,17 @@ def history_prior(folders: list[str]) -> dict[str, float]:
     return dict(mix)
 
 
+def categories_for_target(target: str) -> tuple[str, ...]:
+    """The root-cause categories whose mutants test `target`. The frontend families (A-H) and
+    invocation sequences aim at graph capture and cached compiled state, which only torch.compile
+    has: for ONNX targets they would test the exporter's tracing, in front of the runtime, so
+    those targets get the backend families (layout, dtypes, fusion, shapes, special values) only."""
+    from nnforge.mutators.base import BACKEND_CATEGORIES, CATEGORIES
+    from nnforge.oracle.backend import parse_target
+
+    return BACKEND_CATEGORIES if parse_target(target).spec.family == "onnx" else CATEGORIES
+
+
 # -- behaviour: what counts as new -------------------------------------------------------------------------------
 def behaviours_of(result: Any, case: TestCase) -> list[str]:
     """Everything about a test that the scheduler rewards when it is new (see scheduler.py).
@@ -432,7 +443,8 @@ class Campaign:
             categories = [c for c in CATEGORIES if any(m.category == c for m in offline.values())]
         self.offline = offline
         self.scheduler = Scheduler(list(self.sources), categories if cfg.mutate_prob > 0 else [], cfg.targets,
-                                   prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed)
+                                   prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed,
+                                   categories_for=categories_for_target)
         state = self.store.get_json("scheduler_state")
         if state:
             self.scheduler.restore(state)

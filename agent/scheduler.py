@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 SEED = "seed"  # the "category" of an arm that runs seeds unmutated
 PRIOR_WEIGHT = 4.0
@@ -91,7 +91,7 @@ class Scheduler:
 
     def __init__(self, sources: Iterable[str], categories: Iterable[str], targets: Iterable[str], *,
                  prior: dict[str, float] | None = None, mutate_prob: float = 0.5, seed: int = 0,
-                 discount: float = DISCOUNT):
+                 discount: float = DISCOUNT, categories_for: Callable[[str], Iterable[str]] | None = None):
         self.sources = list(sources)
         self.categories = list(categories)
         self.targets = list(targets)
@@ -103,7 +103,8 @@ class Scheduler:
         for s in self.sources:
             for t in self.targets:
                 self.arms[Arm(s, SEED, t).key] = ArmState(alpha0=1.0)
-                for c in self.categories:
+                allowed = set(categories_for(t)) if categories_for is not None else set(self.categories)
+                for c in (c for c in self.categories if c in allowed):
                     self.arms[Arm(s, c, t).key] = ArmState(alpha0=1.0 + PRIOR_WEIGHT * self.prior.get(c, 0.0))
         self.seen: set[str] = set()  # behaviours seen: signature digests, "gb:<reason>", ...
         self.covered_lines = 0

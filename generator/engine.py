@@ -457,9 +457,10 @@ class GraphGenerator:
             make_weight = is_float(v.t.dtype) and (v.t.dtype in self.cfg.weight_only_dtypes or v.weight_hint
                                                    or self.rng.random() < self.cfg.weight_prob)
             (graph.weights if make_weight else graph.inputs).append(v.id)
-        if not graph.inputs and graph.weights:  # forward takes at least one input: the first weight that may be one
+        if not graph.inputs and graph.weights:  # forward takes an input: the first weight that may be one
             usable = [i for i, w in enumerate(graph.weights) if graph.values[w].dtype not in self.cfg.weight_only_dtypes]
-            graph.inputs.append(graph.weights.pop(usable[0] if usable else 0))
+            if usable:  # (where every placeholder is weight-only, forward takes no input at all)
+                graph.inputs.append(graph.weights.pop(usable[0]))
         consumed = {i for n in self.nodes for i in n.inputs}
         onnx_ok = True
         for n in self.nodes:

@@ -25,10 +25,9 @@ from nnforge.generator.materialize import to_program
 from nnforge.generator.spec import all_ops
 
 # ONNX backends take no bfloat16 inputs (oracle/onnx_backends.py): for ONNX targets such placeholders
-# become parameters, which export as initializers. A one-operator probe has a single placeholder,
-# which must be an input, so bfloat16 is not probed as the growing dtype (it is as a partner's).
+# become parameters, which export as initializers (probes of a bfloat16 operator take no input at all)
 ONNX_WEIGHT_ONLY_DTYPES = ("bfloat16",)
-PROBE_DTYPES = tuple(d for d in ALL_DTYPES if d not in ONNX_WEIGHT_ONLY_DTYPES)
+PROBE_DTYPES = ALL_DTYPES
 PROBES_PER_PAIR = 2  # programs per (operator, placeholder dtype): attributes and partner dtypes vary
 PROBE_GENERATION_MS = 400.0
 

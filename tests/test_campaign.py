@@ -324,3 +324,15 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
     assert statuses.get("triaged", 0) >= 1
     clusters = _query(out, "SELECT COUNT(*) FROM clusters")[0][0]
     assert 1 <= clusters <= 2  # sin and cos: one crash each, whatever the programs around them
+
+
+def test_onnx_targets_get_backend_category_arms_only():
+    from nnforge.agent.campaign import categories_for_target
+
+    s = Scheduler(["generator"], ["A1", "G2", "I1", "I2"], ["inductor", "ort"], mutate_prob=1.0, seed=0,
+                  categories_for=categories_for_target)
+    arms = {(a.category, a.target) for a in map(Arm.from_key, s.arms)}
+    assert {("A1", "inductor"), ("G2", "inductor"), ("I1", "inductor"), ("I1", "ort"), ("I2", "ort")} <= arms
+    assert ("A1", "ort") not in arms and ("G2", "ort") not in arms  # Dynamo's families test no ONNX runtime
+    picked = {(a.category, a.target) for a in (s.pick() for _ in range(200))}
+    assert not any(t == "ort" and c in ("A1", "G2") for c, t in picked)
