@@ -16,18 +16,28 @@ import warnings
 from typing import Any
 
 DEFAULT_OPSET = 17
+DYNAMO_OPSET = 18  # the lowest opset the torch.export-based exporter writes
 
 
 def input_name(position: int) -> str:
     return f"in_{position}"
 
 
-def export_onnx(model: Any, inputs: tuple[Any, ...], opset: int = DEFAULT_OPSET) -> bytes:
-    """The ONNX model (serialized) computing `model(*inputs)`; runs forward once to trace it."""
+def export_onnx(model: Any, inputs: tuple[Any, ...], opset: int = DEFAULT_OPSET, *, dynamo: bool = False) -> bytes:
+    """The ONNX model (serialized) computing `model(*inputs)`; runs forward once to trace it.
+
+    `dynamo=True`: the torch.export-based exporter PyTorch maintains today (needs onnxscript),
+    with its own defaults, for the `onnx_export` target that tests the exporter itself."""
     import torch
 
     inputs = tuple(inputs)
     names = [input_name(i) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor)]
+    if dynamo:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(model, inputs, input_names=names, opset_version=DYNAMO_OPSET, dynamo=True,
+                                        verbose=False)
+        return program.model_proto.SerializeToString()
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -5,8 +5,10 @@ Runs inside a sandboxed worker (`WorkerPool.call("nnforge.oracle.export_probe.pr
 because the programs are generated code. For each program it takes the steps an `ort` or `tvm`
 test takes in front of the runtime, and records which refused it:
 
-- `export`: `onnx_backends.export_for_backend`, the very call of the `onnx_export` rung (the
-  TorchScript exporter, then ONNX's checker with full shape inference);
+- `export`: the program draws no random numbers (the oracle does not judge ONNX targets on
+  those), `onnx_backends.export_for_backend` (the very call of the `onnx_export` rung: the
+  TorchScript exporter, then ONNX's checker with full shape inference) passes, and the graph
+  declares the output dtypes eager returns;
 - `ort`: creating an ONNX Runtime session with every optimisation off, where ORT says it has no
   kernel for an operator and type (its NotImplemented);
 - `tvm`: TVM's Relax importer, where it raises its own "not implemented" or a refusal listed in
@@ -52,10 +54,15 @@ def probe_program(source: str, checks: tuple[str, ...]) -> tuple[dict[str, int |
         module = load_program(source, name="probe")
         torch.manual_seed(0)
         model, args = module.Model(), tuple(module.make_inputs())
+        rng = torch.get_rng_state()
         with torch.no_grad():
             eager = model(*args)
+        random = not torch.equal(rng, torch.get_rng_state())
     except Exception as e:  # the program itself does not run: nothing to learn about the path
         return outcome, f"the program does not run: {type(e).__name__}: {e}"[:200]
+    if random:  # only torch.compile shares eager's RNG: an ONNX test of it is invalid (oracle/job.py)
+        outcome["export"] = REFUSED
+        return outcome, "the program draws random numbers"
     try:
         with torch.no_grad():
             onnx_bytes = export_for_backend(model, args)

@@ -24,6 +24,7 @@ _UNSUPPORTED_EXPORT_PHRASES = (
     "Could not export",
     "unsupported",
     "does NOT support",  # "ONNX export does NOT support exporting bitwise OR for non-boolean input values"
+    "No ONNX function found",  # the torch.export-based exporter has no translation for an ATen op
 )
 
 
@@ -32,11 +33,13 @@ class OnnxBackend(Backend):
 
     flat_outputs = True
     needs_export = True
+    dynamo_export: bool = False  # the torch.export-based exporter instead of the TorchScript one
+    exporter_under_test: bool = False  # an export failure is this rung's own finding, not a gate's
 
     def run_one(self, model: Any, args: tuple[Any, ...], call_index: int) -> Any:
         import torch
 
-        onnx_bytes = export_for_backend(model, args)
+        onnx_bytes = export_for_backend(model, args, dynamo=self.dynamo_export)
         feeds = feeds_for(onnx_bytes, args)
         outs = self.execute(onnx_bytes, feeds)
         return [torch.from_numpy(_np_array(o).copy()) for o in outs]
@@ -45,7 +48,7 @@ class OnnxBackend(Backend):
         raise NotImplementedError
 
 
-def export_for_backend(model: Any, args: tuple[Any, ...]) -> bytes:
+def export_for_backend(model: Any, args: tuple[Any, ...], *, dynamo: bool = False) -> bytes:
     """Export, telling a limitation of ONNX (Unsupported) from an exporter failure (ExportFailed)."""
     import torch
 
@@ -55,7 +58,7 @@ def export_for_backend(model: Any, args: tuple[Any, ...]) -> bytes:
         if isinstance(a, torch.Tensor) and a.dtype in (torch.bfloat16,) or isinstance(a, (list, tuple, dict)):
             raise Unsupported(f"ONNX backends take no {'bfloat16 tensors' if isinstance(a, torch.Tensor) else 'nested inputs'} as inputs")
     try:
-        onnx_bytes = export_onnx(model, args)
+        onnx_bytes = export_onnx(model, args, dynamo=dynamo)
     except Exception as e:
         errors = getattr(torch.onnx, "errors", None)
         unsupported_type = getattr(errors, "UnsupportedOperatorError", ()) if errors else ()
@@ -148,6 +151,26 @@ class OnnxReferenceBackend(OnnxBackend):
         return outs
 
 
+@register_backend
+class OnnxDynamoExportBackend(OnnxReferenceBackend):
+    """The exporter PyTorch maintains today (`torch.onnx.export(..., dynamo=True)`, onnxscript)
+    under test: its graph, run by onnx's reference evaluator, against eager. Export crashes and
+    checker rejections are its findings; an ATen op it has no translation for is unsupported."""
+
+    name = "onnx_dynamo_export"
+    dynamo_export = True
+    exporter_under_test = True
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            import onnx.reference  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+
 class OrtBackend(OnnxBackend):
     level_name: str = ""
 
@@ -198,3 +221,6 @@ class OrtOptimizerBackend(OrtBackend):
 
 register_target(TargetSpec("ort", ("onnx_export", "ort_kernels", "ort_optimizer"), family="onnx", gate_rungs=("onnx_export",),
                            doc="ONNX Runtime; blames the exporter, ORT's kernels or ORT's optimiser"))
+register_target(TargetSpec("onnx_export", ("onnx_dynamo_export",), family="onnx",
+                           doc="the ONNX exporter itself (torch.onnx.export dynamo=True) in onnx.reference; "
+                               "off by default"))

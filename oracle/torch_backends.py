@@ -28,7 +28,7 @@ class EagerBackend(Backend):
 
     While it runs it records, through a dispatch mode, the index outputs of argmax/argmin/max/min/
     sort/topk that saw ties (their index is unspecified, so they are not compared there) and
-    whether any random op ran (then only a backend that shares torch's RNG can be compared).
+    whether any random op drew from torch's RNG (then only a backend that shares it can be compared).
     """
 
     name = "eager"
@@ -47,11 +47,15 @@ class EagerBackend(Backend):
     def run_one(self, model: Any, args: tuple[Any, ...], call_index: int) -> Any:
         if not self.record:
             return model(*args)
+        import torch
+
         from nnforge.oracle.compare import TieRecorder
 
+        before = torch.get_rng_state()
         with TieRecorder() as rec:
             out = model(*args)
-        self.used_rng = self.used_rng or rec.used_rng
+        # a seeded op that drew nothing (rrelu with training=False, dropout with p=0 in eval) is deterministic
+        self.used_rng = self.used_rng or (rec.used_rng and not torch.equal(before, torch.get_rng_state()))
         self.tie_masks[call_index] = rec.masks_for(out)
         return out
 

@@ -29,7 +29,8 @@ TITLE_LIMIT = 110
 # Who maintains each layer, for the title prefix and the labels.
 _LAYER_NAMES = {
     "dynamo": "dynamo", "aot_autograd": "aot_autograd", "inductor": "inductor",
-    "onnx_export": "onnx export", "ort_kernels": "ORT kernels", "ort_optimizer": "ORT optimizer",
+    "onnx_export": "onnx export", "onnx_dynamo_export": "onnx export (dynamo=True)",
+    "ort_kernels": "ORT kernels", "ort_optimizer": "ORT optimizer",
     "tvm_frontend": "TVM ONNX frontend", "tvm_pipeline": "TVM Relax pipeline",
 }
 _RUNG_LABELS = {"dynamo": "module: dynamo", "aot_autograd": "module: aotdispatch", "inductor": "module: inductor"}
@@ -81,7 +82,7 @@ def suggested_labels(verdict: Verdict) -> tuple[str, ...]:
     """PyTorch's labels for a fuzzer finding on the guilty layer (only for pytorch/pytorch)."""
     if issue_repo(verdict) != "pytorch/pytorch":
         return ()
-    if verdict.rung == "onnx_export":
+    if verdict.rung in ("onnx_export", "onnx_dynamo_export"):
         labels = ["module: onnx", "topic: fuzzer"]
     else:
         labels = ["oncall: pt2", "topic: fuzzer"]

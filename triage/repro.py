@@ -29,10 +29,11 @@ from typing import Any
 from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
+from nnforge.generator.to_onnx import DEFAULT_OPSET as ONNX_OPSET
+from nnforge.generator.to_onnx import DYNAMO_OPSET
 
 # torch.compile backend for each rung of the torch ladders that a plain torch install has.
 TORCH_RUNG_BACKENDS = {"dynamo": "eager", "aot_autograd": "aot_eager", "inductor": "inductor"}
-ONNX_OPSET = 17
 LITERAL_MAX_ELEMS = 64  # at most this many tensor elements in total are written as literals
 _LITERAL_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
@@ -54,7 +55,8 @@ class ReproTarget:
     def label(self) -> str:
         if self.family == "torch" and self.rung in TORCH_RUNG_BACKENDS:
             return f'torch.compile(backend="{TORCH_RUNG_BACKENDS[self.rung]}")'
-        return {"onnx_export": "torch.onnx.export + onnx.reference", "ort_kernels": "onnxruntime (ORT_DISABLE_ALL)",
+        return {"onnx_export": "torch.onnx.export + onnx.reference",
+                "onnx_dynamo_export": "torch.onnx.export(dynamo=True) + onnx.reference", "ort_kernels": "onnxruntime (ORT_DISABLE_ALL)",
                 "ort_optimizer": "onnxruntime (ORT_ENABLE_ALL)", "tvm_frontend": "TVM Relax (opt_level=0)",
                 "tvm_pipeline": "TVM Relax (default pipeline)"}.get(self.rung, f"{self.target} ({self.rung})")
 
@@ -252,6 +254,31 @@ def _target_code(rt: ReproTarget) -> str:
             return {{f"in_{{i}}": a.detach().contiguous().numpy() for i, a in enumerate(args)
                     if isinstance(a, torch.Tensor) and f"in_{{i}}" in wanted}}
         ''')
+    if rt.rung == "onnx_dynamo_export":  # the exporter under test: the one PyTorch maintains today
+        export = textwrap.dedent(f'''\
+            def repro_export(model, args):
+                """torch.onnx.export(..., dynamo=True): the exporter this report is about."""
+                import warnings
+
+                names = [f"in_{{i}}" for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    program = torch.onnx.export(model, args, input_names=names, opset_version={DYNAMO_OPSET},
+                                                dynamo=True, verbose=False)
+                import onnx
+
+                onnx_bytes = program.model_proto.SerializeToString()
+                onnx.checker.check_model(onnx.load_from_string(onnx_bytes), full_check=True)
+                return onnx_bytes
+
+
+            def repro_feeds(onnx_bytes, args):
+                import onnx
+
+                wanted = {{i.name for i in onnx.load_from_string(onnx_bytes).graph.input}}
+                return {{f"in_{{i}}": a.detach().contiguous().numpy() for i, a in enumerate(args)
+                        if isinstance(a, torch.Tensor) and f"in_{{i}}" in wanted}}
+            ''')
     if rt.rung in ("ort_kernels", "ort_optimizer"):
         level = "ORT_DISABLE_ALL" if rt.rung == "ort_kernels" else "ORT_ENABLE_ALL"
         run = textwrap.dedent(f'''\
