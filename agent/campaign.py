@@ -156,6 +156,9 @@ def _is_disk_full(e: BaseException) -> bool:
 
 
 # -- seed sources -----------------------------------------------------------------------------------------------
+ONNX_REDRAWS = 8  # programs drawn again for an ONNX target while a spec says an instance will not export
+
+
 class GeneratorSource:
     """The solver generator: seed numbers come from the store's counter, never reused."""
 
@@ -179,9 +182,14 @@ class GeneratorSource:
         self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
         onnx = parse_target(target).spec.family == "onnx"
         cfg = GeneratorConfig(n_nodes=self.cfg.nodes, seed=n)
-        if onnx:
-            cfg = onnx_config(cfg, self.blocked.get(target, frozenset()))
+        if not onnx:
+            return generate_case(cfg)[0], n
+        cfg = onnx_config(cfg, self.blocked.get(target, frozenset()))
         case, _ = generate_case(cfg)
+        for retry in range(1, ONNX_REDRAWS + 1):  # a form its spec says the exporter refuses (cumprod, stable sort)
+            if case.meta.get("onnx_exportable", True):
+                break
+            case, _ = generate_case(replace(cfg, seed=n + retry * 1_000_003))
         return case, n
 
 

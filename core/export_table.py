@@ -51,7 +51,8 @@ class ExportTable:
     def blocked(self, checks: Iterable[str]) -> frozenset[str]:
         """Keys some of `checks` refused and never passed: the instances a target's tests must not hold.
 
-        Instance keys (`log(int64)`) are blocked on their own probes. A rank key (`pixel_shuffle@3`:
+        Instance keys (`log(int64)`) are blocked on their own probes, an operator's name
+        (`rms_norm`) where every probe of it was refused, whatever its dtypes. A rank key (`pixel_shuffle@3`:
         the operator with a first input of that rank) is blocked where every probe at that rank
         was refused and at least one of them had input dtypes that pass at another rank, so a
         refusal that the dtypes explain never blocks a rank."""
@@ -68,6 +69,11 @@ class ExportTable:
             return bool(seen) and not any(seen)
 
         keys = {k for k, outs in by_key.items() if any(refused(outs, c) for c in checks)}
+        by_op: dict[str, list[dict[str, int]]] = {}
+        for key, outs in by_key.items():
+            by_op.setdefault(key.split("(", 1)[0], []).extend(outs)
+        # an operator every probe of which was refused: whatever dtypes a test gives it
+        keys |= {op for op, outs in by_op.items() if any(refused(outs, c) for c in checks)}
         for rank_key, rows in by_rank.items():
             for c in checks:
                 if refused([o for _, o in rows], c) and any(k not in keys for k, o in rows if c in o):

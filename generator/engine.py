@@ -48,8 +48,8 @@ class GeneratorConfig:
     weight_prob: float = 0.3  # chance that a float placeholder becomes an nn.Parameter
     timeout_ms: float = 4000.0  # per model: whatever is built by then is the model
     onnx_only: bool = False  # only ops whose spec claims ONNX export
-    # operator instances never to build, as instance_key(op, input dtypes) or rank_key(op, first input's
-    # rank): for ONNX targets, those the
+    # operator instances never to build, as an operator's name, instance_key(op, input dtypes) or
+    # rank_key(op, first input's rank): for ONNX targets, those the
     # installed export path was seen to refuse (core/export_table.py, learned by probing)
     blocked: frozenset[str] = frozenset()
     # placeholders of these float dtypes become weights, never forward's inputs (ONNX backends take no
@@ -364,7 +364,7 @@ class GraphGenerator:
     def _blocked(self, spec: type[OpSpec], ins: list[_Val]) -> bool:
         if not self.cfg.blocked:
             return False
-        return (instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
+        return (spec.name in self.cfg.blocked or instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
                 or rank_key(spec.name, ins[0].t.rank if ins else 0) in self.cfg.blocked)
 
     def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
@@ -394,7 +394,8 @@ class GraphGenerator:
         if in_sigs is None or not spec.accepts(in_sigs) or any(r > self.cfg.max_rank for _, r in in_sigs):
             self.stats.no_match += 1
             return False
-        if self.cfg.blocked and (instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked
+        if self.cfg.blocked and (spec.name in self.cfg.blocked
+                                 or instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked
                                  or rank_key(spec.name, in_sigs[0][1] if in_sigs else 0) in self.cfg.blocked):
             self.stats.no_match += 1
             return False
