@@ -163,12 +163,9 @@ class OnnxDynamoExportBackend(OnnxReferenceBackend):
 
     @classmethod
     def available(cls) -> bool:
-        try:
-            import onnx.reference  # noqa: F401
-            import onnxscript  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        import importlib.util
+
+        return super().available() and importlib.util.find_spec("onnxscript") is not None
 
 
 class OrtBackend(OnnxBackend):

@@ -29,3 +29,12 @@ def pool():
     with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
         p.warmup()
         yield p
+
+
+@pytest.fixture(scope="module")
+def settings():
+    """Settings for triage with real workers: a short value search, no LLM, the suite's warm cache."""
+    from nnforge.core.settings import load_settings
+
+    return load_settings(worker_timeout_s=60.0, value_search_budget_ms=100.0, llm_provider="none",
+                         inductor_cache_dir=os.environ["TORCHINDUCTOR_CACHE_DIR"])

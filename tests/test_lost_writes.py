@@ -5,7 +5,6 @@ replay a side effect after its graph."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -14,11 +13,9 @@ import pytest
 from nnforge.agent.cmd_triage import import_cases, triage_findings
 from nnforge.agent.store import Store
 from nnforge.core.python_state import python_state, side_effect_kind
-from nnforge.core.settings import load_settings
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom
 from nnforge.oracle.oracle import Oracle
-from nnforge.oracle.sandbox import WorkerPool
 from nnforge.triage.repro import write_repro
 
 COUNTER_SUB_CLAMP = '''
@@ -90,18 +87,6 @@ def test_python_state_holds_plain_data_of_every_module_and_global_but_not_nn_int
     assert "global torch" not in state and "global __name__" not in state
     assert side_effect_kind("self.inner.count", 2) == "module attribute (int)"
     assert side_effect_kind("global _LOG", [1]) == "global (container)"
-
-
-@pytest.fixture(scope="module")
-def settings():
-    return load_settings(worker_timeout_s=60.0, value_search_budget_ms=100.0, llm_provider="none",
-                         inductor_cache_dir=os.environ["TORCHINDUCTOR_CACHE_DIR"])
-
-
-@pytest.fixture(scope="module")
-def pool(settings):
-    with WorkerPool(size=1, timeout_s=settings.worker_timeout_s, inductor_cache_dir=settings.inductor_cache_dir) as p:
-        yield p
 
 
 @pytest.mark.slow

@@ -62,12 +62,6 @@ _register_commands()
 
 
 @pytest.fixture(scope="module")
-def settings():
-    return load_settings(worker_timeout_s=60.0, value_search_budget_ms=100.0, llm_provider="none",
-                         inductor_cache_dir=os.environ["TORCHINDUCTOR_CACHE_DIR"])
-
-
-@pytest.fixture(scope="module")
 def pool(settings):
     with WorkerPool(size=1, timeout_s=settings.worker_timeout_s,
                     inductor_cache_dir=settings.inductor_cache_dir) as p:
