@@ -8,6 +8,10 @@ fault; pairwise recall: the share of pairs of one fault that share a cluster.
 
     .venv/bin/python bench/triage_clusters.py --per-fault 6
     .venv/bin/python bench/triage_clusters.py --per-fault 4 --reduce --budget-s 40
+    # a Dynamo fault of the fault benchmark, planted in a clone of its own:
+    .venv/bin/python bench/faults.py on dynamo_module_int_setattr_not_replayed
+    .venv/bin/python bench/triage_clusters.py --faults inductor --cases side_effects --per-fault 8 --reduce
+    .venv/bin/python bench/faults.py off
 """
 
 from __future__ import annotations
@@ -63,8 +67,11 @@ def cases_with_side_effects(count: int, seed0: int) -> list:
     return list(out.values())
 
 
-def cases_for(fault: str, count: int, seed0: int) -> list:
-    if fault == "faulty_lost_write":
+def cases_for(fault: str, count: int, seed0: int, kind: str = "auto") -> list:
+    """Programs that can hit `fault`: with its op (`faulty_crash:sin`), or with side effects
+    (`faulty_lost_write`, or any target with `--cases side_effects`, e.g. `inductor` with a fault
+    of bench/faults.py planted by `bench/faults.py on FAULT`)."""
+    if kind == "side_effects" or kind == "auto" and fault == "faulty_lost_write":
         return cases_with_side_effects(count, seed0)
     return cases_with_op(fault.split(":", 1)[1], count, seed0)
 
@@ -78,6 +85,9 @@ def main() -> None:
     ap.add_argument("--max-queries", type=int, default=60)
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    ap.add_argument("--cases", choices=("auto", "side_effects"), default="auto",
+                    help="programs per fault: auto (with the fault's op; side effects for faulty_lost_write) or "
+                         "side_effects (generator programs with the F1 rewrite, for a planted Dynamo fault)")
     args = ap.parse_args()
 
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
@@ -89,7 +99,7 @@ def main() -> None:
                                           inductor_cache_dir=settings.inductor_cache_dir) as pool:
         for k, fault in enumerate(faults):
             inbox = work / "inbox" / fault.replace(":", "_")
-            for i, case in enumerate(cases_for(fault, args.per_fault, args.seed + 10_000 * k)):
+            for i, case in enumerate(cases_for(fault, args.per_fault, args.seed + 10_000 * k, args.cases)):
                 case.save(inbox / f"c{i:02d}")
             import_cases(store, pool, inbox, camp, [fault], settings)
         judged_s = time.monotonic() - start
