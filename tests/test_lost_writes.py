@@ -114,6 +114,9 @@ def test_lost_writes_in_programs_with_different_ops_end_in_one_cluster_whose_rep
         assert cluster.count == 2 and cluster.repro_status == "reproduced"
         assert "lost side effect" in cluster.signature.key and "module attribute (int)" in cluster.signature.key
         assert "write to a module attribute (int)" in cluster.title
+    report = (camp / "findings" / cluster.cluster_id / "report.md").read_text()
+    assert "loses or changes a write the model makes to a module attribute (int)" in report
+    assert "self.calls: expected 1, got 0" in report or "self.inner.hits" in report  # the repro's own words
     repro = camp / "findings" / cluster.cluster_id / "repro.py"
     out = subprocess.run([sys.executable, str(repro)], cwd=repro.parent, capture_output=True, text=True, timeout=240)
     assert out.returncode == 1, out.stdout + out.stderr

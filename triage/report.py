@@ -292,7 +292,11 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
     repo = issue_repo(verdict)
     what = _SYMPTOM_WORDS.get(verdict.symptom, verdict.symptom.value)
     layer = layer_name(verdict.rung)
-    if verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
+    if verdict.side_effect and verdict.symptom is Symptom.MISMATCH:
+        sentence = (f"Compiling this model with `{verdict.target}` loses or changes a write the model makes to a "
+                    f"{verdict.side_effect}: after call {verdict.call_index} the compiled module's Python state "
+                    f"differs from eager's (see the repro's output below), whatever its outputs are.")
+    elif verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
         sentence = (f"Compiling this model with `{verdict.target}` {what}: the compiled output differs from eager "
                     f"beyond `torch.testing.assert_close`'s default tolerances and is further from a float64 run "
                     f"than eager is, so it is not a rounding difference.")
