@@ -346,3 +346,14 @@ def test_a_cluster_whose_repro_does_not_reproduce_is_listed_apart_as_unreproduce
         text = write_summary(camp, store).read_text()
     listed, _, unlisted = text.partition("## Not listed")
     assert "_none found_" in listed and cluster.title in unlisted and "unreproduced" in unlisted
+
+
+def test_a_repro_given_by_a_relative_path_runs_from_its_own_temp_cwd(tmp_path):
+    """Campaigns started with a relative -o hand triage relative paths; the fresh process that
+    verifies a repro runs in a temp cwd, so the path must not be taken relative to that."""
+    from nnforge.triage.pipeline import run_repro_once
+
+    (tmp_path / "camp").mkdir()
+    (tmp_path / "camp" / "repro.py").write_text("import sys\nprint('BUG PRESENT: planted')\nsys.exit(1)\n")
+    code, out = run_repro_once(Path("camp") / "repro.py")  # the suite runs each test in tmp_path
+    assert code == 1 and "BUG PRESENT" in out, out

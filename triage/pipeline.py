@@ -307,7 +307,8 @@ def _limit_memory() -> None:  # runs in the child before exec
 def run_repro_once(repro: Path, timeout_s: float = REPRO_TIMEOUT_S) -> tuple[int, str]:
     """`python repro.py` in a fresh process (own session, temp cwd, clean env): (exit code, output tail)."""
     with tempfile.TemporaryDirectory(prefix="nnforge-repro-") as cwd:
-        p = subprocess.Popen([sys.executable, str(repro)], cwd=cwd, env=repro_environment(), stdout=subprocess.PIPE,
+        p = subprocess.Popen([sys.executable, str(Path(repro).resolve())], cwd=cwd, env=repro_environment(),
+                             stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, preexec_fn=_limit_memory)
         try:
             out, _ = p.communicate(timeout=timeout_s)
