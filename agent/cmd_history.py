@@ -309,7 +309,7 @@ def mine(
     since: Optional[str] = typer.Option(None, "--since", help="Only commits after this date (git syntax: 2024-01-01, '6 months ago')."),
     paths: list[str] = typer.Option([], "--paths", help="Test folders to look in (repeatable or comma-separated); "
                                                          "e.g. --paths test/inductor test/dynamo."),
-    extra_paths: list[str] = typer.Argument(None, metavar="[PATHS]...", show_default=False,
+    extra_paths: list[str] = typer.Argument(None, metavar="PATHS", show_default=False,
                                             help="More test folders (so `--paths a b` works)."),
     rev: str = typer.Option("HEAD", "--rev", help="Walk the history reachable from this revision."),
     max_commits: Optional[int] = typer.Option(None, "--max-commits", help="Stop after this many commits."),
@@ -350,7 +350,8 @@ def mine(
 
 @history_app.command("ingest")
 def ingest(
-    issues_file: Path = typer.Argument(..., help="JSON list of issues as the GitHub REST API returns them."),
+    issues_file: Path = typer.Argument(..., metavar="ISSUES_FILE",
+                                       help="JSON list of issues as the GitHub REST API returns them."),
     output: Path = typer.Option(..., "-o", "--output", help="Folder for the seeds and text_seeds.jsonl."),
     workers: int = typer.Option(1, "--workers", help="Sandbox workers validating seeds in eager."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per validation (default: NNFORGE_WORKER_TIMEOUT_S)."),

@@ -48,7 +48,8 @@ def stored_verdict(case_dir: Path, target: str) -> Verdict | None:
 
 @app.command()
 def reduce(
-    case_dir: Path = typer.Argument(..., help="A TestCase folder (holding program.py) that fails on the target."),
+    case_dir: Path = typer.Argument(..., metavar="CASE_DIR",
+                                    help="A TestCase folder (holding program.py) that fails on the target."),
     target: str = typer.Option("inductor", "--target", help="The target whose bug to preserve."),
     out_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="Where to write the reduced case (default CASE_DIR-reduced)."),
     budget_s: float = typer.Option(300.0, "--budget-s", help="Time budget for the reduction, seconds."),

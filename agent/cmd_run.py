@@ -25,7 +25,7 @@ _STYLE = {Symptom.PASS: "green", Symptom.INVALID: "yellow"}
 
 @app.command()
 def run(
-    case_dir: Path = typer.Argument(..., help="A TestCase folder (holding program.py)."),
+    case_dir: Path = typer.Argument(..., metavar="CASE_DIR", help="A TestCase folder (holding program.py)."),
     targets: str = typer.Option(DEFAULT_TARGETS, "--targets", help="Comma-separated targets, e.g. inductor,ort,tvm."),
     timeout: float = typer.Option(None, "--timeout", help="Seconds per worker call (default: NNFORGE_WORKER_TIMEOUT_S)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),

@@ -130,7 +130,8 @@ def verify_unchecked(store: Store, campaign_dir: Path, log: Callable[[str], None
 # -- the command ------------------------------------------------------------------------------------------------------
 @app.command()
 def triage(
-    campaign_dir: Path = typer.Argument(..., help="The campaign folder (its store.sqlite is created if missing)."),
+    campaign_dir: Path = typer.Argument(..., metavar="CAMPAIGN_DIR",
+                                        help="The campaign folder (its store.sqlite is created if missing)."),
     target: str = typer.Option("", "--target", help="Comma-separated targets: what --import runs, and (when given) "
                                                     "the only findings triaged. Default for --import: inductor."),
     import_dir: Optional[Path] = typer.Option(None, "--import", help="Judge every case folder under this folder and "
