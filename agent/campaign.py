@@ -65,18 +65,21 @@ _BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([hms]?)")
 
 
 def parse_budget(text: str) -> float:
-    """"60s", "10m", "8h", "1h30m", "90" (seconds) → seconds."""
+    """"60s", "10m", "8h", "1h30m" → seconds; a bare number ("90") is seconds, as --help says. A
+    number without a unit after one with ("1h30") is refused: a person means 1h30m by it, and
+    reading it as 1h00m30s would quietly cut the campaign by half an hour."""
     s = text.strip().lower().replace(" ", "")
     if not s:
         raise ValueError("empty budget")
     pos, total = 0, 0.0
     for m in _BUDGET_PART.finditer(s):
-        if m.start() != pos:
+        if m.start() != pos or (not m.group(2) and m.start() > 0):
             break
         total += float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
         pos = m.end()
     if pos != len(s) or total <= 0:
-        raise ValueError(f"cannot read budget {text!r}: use e.g. 60s, 10m, 8h or 1h30m")
+        raise ValueError(f"cannot read budget {text!r}: use e.g. 60s, 10m, 8h or 1h30m "
+                         f"(a bare number alone is seconds)")
     return total
 
 

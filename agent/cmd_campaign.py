@@ -9,9 +9,10 @@ state), cases/<case_id>/ (every case run), findings/<cluster>/ (repro.py, report
 written by triage as findings come, or later by `nnforge triage DIR`), summary.md and
 report.html. A live panel shows progress on a terminal; off a terminal, plain lines.
 
-Exit status: 0 the budget was spent or the campaign was interrupted cleanly (resume it), 2 it
-could not start (unwritable folder, too little disk space, a folder in use by another campaign,
-bad options), 3 the disk filled up during the run (everything recorded is kept).
+Exit status: 0 the budget was spent, 130 the campaign was interrupted (Ctrl-C or SIGTERM; what
+was recorded is kept: resume it), 2 it could not start (unwritable folder, too little disk space,
+a folder in use by another campaign, bad options or settings), 3 the disk filled up during the
+run (everything recorded is kept). A script can tell a finished campaign from a stopped one.
 """
 
 from __future__ import annotations
@@ -26,14 +27,41 @@ from nnforge.agent.cli import app
 from nnforge.core.settings import load_settings
 
 
+# 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C, so `nnforge campaign ... || ...`
+# and CI scripts tell an interrupted campaign from one that spent its budget (0).
+EXIT_INTERRUPTED = 130
+EXIT_DISK_FULL = 3
+
+# Shown under the options of `nnforge campaign --help` (Rich markup: one line each, as written).
+EXAMPLES = """[bold]Examples[/bold]
+
+  overnight, on inductor, ONNX Runtime and TVM:
+    nnforge campaign --budget 8h --targets inductor,ort,tvm -o night/
+  torch.compile's Inductor only:
+    nnforge campaign --budget 2h --targets inductor -o inductor/
+  continue after Ctrl-C or a kill (same budget; --budget gives a new total):
+    nnforge campaign --resume night/
+    nnforge campaign --resume night/ --budget 10h
+  the ONNX targets (ONNX Runtime and TVM through ONNX export):
+    nnforge campaign --budget 1h --targets ort,tvm -o onnx/
+  with LLM mutators (NNFORGE_LLM_BASE_URL, _MODEL, _API_KEY in .env):
+    nnforge campaign --budget 8h --llm openai -o llm/"""
+
+
 def _split(text: str) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-@app.command()
+def exit_status(reason: str) -> int:
+    """The exit status for how a campaign ended (its outcome's reason); see the module docstring."""
+    return {"interrupted": EXIT_INTERRUPTED, "disk full": EXIT_DISK_FULL}.get(reason, 0)
+
+
+@app.command(epilog=EXAMPLES)
 def campaign(
-    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget: 60s, 10m, 8h, 1h30m. With "
-                                                               "--resume: the new total (default: the stored one)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget: 60s, 10m, 8h, 1h30m (a bare "
+                                                               "number is seconds). With --resume: the new total "
+                                                               "(default: the stored one)."),
     targets: str = typer.Option("inductor,ort,tvm", "--targets", help="Comma-separated targets."),
     workers: int = typer.Option(2, "--workers", help="Sandboxed workers (tests run in parallel)."),
     llm: str = typer.Option("none", "--llm", help="none (offline mutators) or openai (LLM mutators, settings' endpoint)."),
@@ -55,7 +83,9 @@ def campaign(
     sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default: no network, no capabilities, "
                                                                    "parent unreadable) or basic (scrubbed env only)."),
 ) -> None:
-    """Fuzz the targets for a time budget: generate, mutate, judge, triage, report."""
+    """Fuzz the targets for a time budget: generate, mutate, judge, triage, report.
+
+    Exit status: 0 budget spent, 130 interrupted (--resume continues it), 2 could not start, 3 disk full."""
     from nnforge.agent.campaign import (Campaign, CampaignConfig, CampaignSetupError, parse_budget)
     from nnforge.agent.lock import CampaignLocked
     from nnforge.agent.status import StatusDisplay
@@ -105,27 +135,32 @@ def campaign(
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))
         run = Campaign(cfg, display=display)
+    from nnforge.core.settings import describe_sources, env_files
+
+    display.event(describe_sources(env_files()))  # a campaign started elsewhere than its .env says so
     try:
         outcome = run.run()
     except (CampaignSetupError, CampaignLocked) as e:
         fail(str(e))
     except RuntimeError as e:  # e.g. --executor ray without ray installed
         fail(f"the campaign could not start: {e}")
+    # soft_wrap: one line each however narrow the terminal or pipe, so paths and the resume command copy whole
     rate = 60.0 * outcome.tests_this_run / outcome.run_s if outcome.run_s > 0 else 0.0
     console.print(f"campaign {outcome.reason}: {outcome.tests_this_run} tests this run ({rate:.1f}/min, "
                   f"{rate / max(run.cfg.workers, 1):.1f}/min per worker), {outcome.tests_total} in all, "
                   f"{outcome.findings} findings, {outcome.clusters} clusters, "
-                  f"{outcome.elapsed_s:.0f} s of {run.cfg.budget_s:.0f} s used", highlight=False)
+                  f"{outcome.elapsed_s:.0f} s of {run.cfg.budget_s:.0f} s used", highlight=False, soft_wrap=True)
     h = outcome.health
     if h:
         console.print(f"workers: {h.get('restarts', 0)} restarts, {h.get('timeouts', 0)} timeouts, "
-                      f"{h.get('segfaults', 0)} segfaults, {h.get('ooms', 0)} ooms", highlight=False)
+                      f"{h.get('segfaults', 0)} segfaults, {h.get('ooms', 0)} ooms", highlight=False, soft_wrap=True)
     for name, path in outcome.files.items():
-        console.print(f"{name}: {path}", highlight=False)
-    console.print(f"store: {outcome.folder / 'store.sqlite'}; findings: {outcome.folder / 'findings'}", highlight=False)
+        console.print(f"{name}: {path}", highlight=False, soft_wrap=True)
+    console.print(f"store: {outcome.folder / 'store.sqlite'}; findings: {outcome.folder / 'findings'}",
+                  highlight=False, soft_wrap=True)
     if outcome.reason == "interrupted":
-        console.print(f"continue with: nnforge campaign --resume {outcome.folder}", highlight=False)
-    raise typer.Exit(3 if outcome.reason == "disk full" else 0)
+        console.print(f"continue with: nnforge campaign --resume {outcome.folder}", highlight=False, soft_wrap=True)
+    raise typer.Exit(exit_status(outcome.reason))
 
 
 def use_sandbox_level(level: str | None, err: Console) -> None:

@@ -17,6 +17,7 @@ be made. A malformed issue or a test that cannot be converted is counted, never 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nnforge.agent.cli import app
@@ -42,7 +44,23 @@ history_app = typer.Typer(name="history", no_args_is_help=True, add_completion=F
 app.add_typer(history_app, name="history")
 
 MAX_LISTED_ERRORS = 2000
+LOG_SUBJECT_CHARS = 70  # a commit subject or issue title in the log: one line with the rest of the entry
 Call = Callable[..., Any]
+_PR_REF = re.compile(r"\s*\(#\d+\)$")  # GitHub's squash-merge subjects end in "(#12345)"
+
+
+def clip(text: str, width: int = LOG_SUBJECT_CHARS) -> str:
+    """`text` on one line in at most `width` characters: cut after a whole word, marked "…", and a
+    closing PR reference "(#12345)" kept whole, since it is what a reader looks the change up by."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    ref = _PR_REF.search(text)
+    tail = " " + ref.group(0).strip() if ref and width - len(ref.group(0)) > 10 else ""
+    head = text[: ref.start()] if tail else text
+    room = width - len(tail) - 1  # what is left for words, after the "…"
+    cut = head[:room] if head[room:room + 1] == " " else head[:room].rsplit(" ", 1)[0]
+    return (cut or head[:room]).rstrip() + "…" + tail
 
 
 # -- validation ---------------------------------------------------------------------------------------------------
@@ -146,7 +164,7 @@ def mine_history(repo: str, out_dir: Path, *, since: Optional[str] = None, paths
                          "tests_added": [f"{p}::{n}" for p, n in scan.added_tests],
                          "extracted": [c.seed_id for c in ok], "category": guess, "seeds": []})
         added = f", {len(scan.added_tests)} test(s) added, {len(ok)} extracted" if scan.added_tests else ""
-        log(f"{scan.sha[:10]} [bold]fix[/bold] ({guess}) {scan.summary[:70]}{added}")
+        log(f"{scan.sha[:10]} [bold]fix[/bold] ({escape(guess)}) {escape(clip(scan.summary))}{added}")
 
     results = validator.results()
     by_sha = {row["sha"]: row for row in fix_rows}
@@ -239,7 +257,7 @@ def ingest_issues(issues_file: Path, out_dir: Path, *, call: Optional[Call] = No
         category = meta["category"] if meta else issue_category(issue, llm=llm).category
         categories[category] += 1
         if "" in reasons:
-            log(f"#{issue.number} ({category}) {issue.title[:70]}: seed written")
+            log(f"#{issue.number} ({escape(category)}) {escape(clip(issue.title))}: seed written")
             continue
         cands = by_issue.get(issue.number, [])
         if not cands:
@@ -249,7 +267,7 @@ def ingest_issues(issues_file: Path, out_dir: Path, *, call: Optional[Call] = No
         else:
             why = "code could not be converted: " + "; ".join(c.error for c in cands if not c.ok)[:300]
         text_lines.append(text_seed(issue, why, _guess_from(meta) if meta else None))
-        log(f"#{issue.number} ({category}) {issue.title[:70]}: text seed ({why[:80]})")
+        log(f"#{issue.number} ({escape(category)}) {escape(clip(issue.title))}: text seed ({escape(clip(why, 80))})")
     _write_text_seeds(out_dir, text_lines)
     summary = {
         "file": str(issues_file.resolve()), "validated": call is not None, "llm": _llm_state(llm),
@@ -309,7 +327,7 @@ def mine(
     since: Optional[str] = typer.Option(None, "--since", help="Only commits after this date (git syntax: 2024-01-01, '6 months ago')."),
     paths: list[str] = typer.Option([], "--paths", help="Test folders to look in (repeatable or comma-separated); "
                                                          "e.g. --paths test/inductor test/dynamo."),
-    extra_paths: list[str] = typer.Argument(None, metavar="[PATHS]...", show_default=False,
+    extra_paths: list[str] = typer.Argument(None, metavar="PATHS", show_default=False,
                                             help="More test folders (so `--paths a b` works)."),
     rev: str = typer.Option("HEAD", "--rev", help="Walk the history reachable from this revision."),
     max_commits: Optional[int] = typer.Option(None, "--max-commits", help="Stop after this many commits."),
@@ -350,7 +368,8 @@ def mine(
 
 @history_app.command("ingest")
 def ingest(
-    issues_file: Path = typer.Argument(..., help="JSON list of issues as the GitHub REST API returns them."),
+    issues_file: Path = typer.Argument(..., metavar="ISSUES_FILE",
+                                       help="JSON list of issues as the GitHub REST API returns them."),
     output: Path = typer.Option(..., "-o", "--output", help="Folder for the seeds and text_seeds.jsonl."),
     workers: int = typer.Option(1, "--workers", help="Sandbox workers validating seeds in eager."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per validation (default: NNFORGE_WORKER_TIMEOUT_S)."),

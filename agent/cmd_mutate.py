@@ -43,7 +43,7 @@ def choose_mutators(category: Optional[str], mutator: Optional[str]) -> list[Mut
 
 @app.command()
 def mutate(
-    case_dir: Path = typer.Argument(..., help="A TestCase folder (holding program.py)."),
+    case_dir: Path = typer.Argument(..., metavar="CASE_DIR", help="A TestCase folder (holding program.py)."),
     output: Path = typer.Option(..., "-o", "--output", help="Folder that receives one TestCase folder per mutant."),
     category: Optional[str] = typer.Option(None, "--category", help=f"Root-cause category: {', '.join(CATEGORIES)}."),
     mutator: Optional[str] = typer.Option(None, "--mutator", help="One mutator by name (see `nnforge mutators`)."),

@@ -48,7 +48,8 @@ def stored_verdict(case_dir: Path, target: str) -> Verdict | None:
 
 @app.command()
 def reduce(
-    case_dir: Path = typer.Argument(..., help="A TestCase folder (holding program.py) that fails on the target."),
+    case_dir: Path = typer.Argument(..., metavar="CASE_DIR",
+                                    help="A TestCase folder (holding program.py) that fails on the target."),
     target: str = typer.Option("inductor", "--target", help="The target whose bug to preserve."),
     out_dir: Optional[Path] = typer.Option(None, "-o", "--out", help="Where to write the reduced case (default CASE_DIR-reduced)."),
     budget_s: float = typer.Option(300.0, "--budget-s", help="Time budget for the reduction, seconds."),
@@ -59,7 +60,7 @@ def reduce(
     from nnforge.oracle.backend import parse_target
     from nnforge.oracle.oracle import Oracle
     from nnforge.oracle.sandbox import WorkerPool
-    from nnforge.triage.reducer import Reducer
+    from nnforge.triage.reducer import Reducer, describe_reduction
 
     console = Console()
     settings = load_settings()
@@ -91,9 +92,8 @@ def reduce(
     from nnforge.triage.repro import write_repro
 
     (out / "repro.py").write_text(write_repro(res.case, res.verdict))
-    b, a = res.before, res.after
-    console.print(f"ops {b['ops']} → {a['ops']}, lines {b['lines']} → {a['lines']}, calls {b['calls']} → {a['calls']}; "
-                  f"{res.queries} queries, {res.elapsed_s:.1f} s" + (f" (out of {res.exhausted})" if res.exhausted else ""))
+    console.print(f"{describe_reduction(res.before, res.after)}; {res.queries} queries, {res.elapsed_s:.1f} s"
+                  + (f" (out of {res.exhausted})" if res.exhausted else ""), highlight=False)
     for step in res.steps:
         console.print(f"  {step}", soft_wrap=True)
     console.print(f"wrote {out} (repro.py: a standalone script, exit 1 while the bug is there)")

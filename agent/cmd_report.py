@@ -21,7 +21,7 @@ from nnforge.core.settings import load_settings
 
 @app.command()
 def report(
-    cluster_id: str = typer.Argument(..., help="The cluster id (or a unique prefix of it)."),
+    cluster_id: str = typer.Argument(..., metavar="CLUSTER_ID", help="The cluster id (or a unique prefix of it)."),
     campaign: Path = typer.Option(Path("."), "--campaign", help="The campaign folder holding store.sqlite."),
     no_llm: bool = typer.Option(False, "--no-llm", help="Template prose only, even with an LLM configured."),
     quiet: bool = typer.Option(False, "--quiet", help="Regenerate the files without printing report.md."),

@@ -12,12 +12,13 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nnforge.agent.cli import app
 from nnforge.core.settings import load_settings
 from nnforge.core.testcase import INPUTS_FILE, STATE_FILE, CaseFormatError, TestCase
-from nnforge.core.verdict import Symptom
+from nnforge.core.verdict import Symptom, Verdict
 
 DEFAULT_TARGETS = "inductor,ort,tvm"
 _STYLE = {Symptom.PASS: "green", Symptom.INVALID: "yellow"}
@@ -25,7 +26,7 @@ _STYLE = {Symptom.PASS: "green", Symptom.INVALID: "yellow"}
 
 @app.command()
 def run(
-    case_dir: Path = typer.Argument(..., help="A TestCase folder (holding program.py)."),
+    case_dir: Path = typer.Argument(..., metavar="CASE_DIR", help="A TestCase folder (holding program.py)."),
     targets: str = typer.Option(DEFAULT_TARGETS, "--targets", help="Comma-separated targets, e.g. inductor,ort,tvm."),
     timeout: float = typer.Option(None, "--timeout", help="Seconds per worker call (default: NNFORGE_WORKER_TIMEOUT_S)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
@@ -91,22 +92,53 @@ def _save_values(case_dir: Path, result: object, force: bool) -> bool:
     return True
 
 
-def _print_table(console: Console, case_dir: Path, result: object, saved: bool) -> None:
-    table = Table(title=f"{case_dir}  ({result.case.case_id})")  # type: ignore[attr-defined]
-    for col in ("target", "verdict", "guilty rung", "call"):
+# Below this many columns (an 80-column terminal, a pipe) rung and call go under the verdict and the
+# error above the detail, so that the text a person reads first keeps most of the width.
+WIDE_TABLE_COLUMNS = 120
+
+
+def _error_text(v: Verdict) -> str:
+    if v.exc_type:
+        return f"{v.exc_type}: {(v.exc_message or '').splitlines()[0][:120] if v.exc_message else ''}"
+    if v.max_abs_err is not None:
+        err = f"max abs {v.max_abs_err:.3g}"
+        if v.fp64_rmse_actual is not None:
+            err += f", fp64 RMSE {v.fp64_rmse_actual:.3g} vs eager {v.fp64_rmse_eager:.3g}"
+        return err
+    return ""
+
+
+def verdict_table(title: str, verdicts: list[Verdict], width: int) -> Table:
+    """One row per target, laid out for a console `width` columns wide: short columns never wrap,
+    error and detail fold and are never cut."""
+    table = Table(title=escape(title))
+    wide = width >= WIDE_TABLE_COLUMNS
+    cols = ("target", "verdict", "guilty rung", "call") if wide else ("target", "verdict")
+    for col in cols:
         table.add_column(col, no_wrap=True)
-    table.add_column("error", overflow="fold", ratio=1)
-    table.add_column("detail", overflow="fold", ratio=2)
-    for v in result.verdicts:  # type: ignore[attr-defined]
+    if wide:
+        table.add_column("error", overflow="fold", ratio=1)
+        table.add_column("detail", overflow="fold", ratio=2)
+    else:
+        table.add_column("error / detail", overflow="fold", ratio=1, min_width=20)
+    for v in verdicts:
         style = _STYLE.get(v.symptom, "red")
-        err = ""
-        if v.exc_type:
-            err = f"{v.exc_type}: {(v.exc_message or '').splitlines()[0][:120] if v.exc_message else ''}"
-        elif v.max_abs_err is not None:
-            err = f"max abs {v.max_abs_err:.3g}" + (f", fp64 RMSE {v.fp64_rmse_actual:.3g} vs eager {v.fp64_rmse_eager:.3g}"
-                                                   if v.fp64_rmse_actual is not None else "")
-        table.add_row(v.target, f"[{style}]{v.symptom.value}{' (stateful)' if v.stateful else ''}[/{style}]",
-                      v.rung or "", "" if v.call_index is None else str(v.call_index), err, v.detail[:400])
+        err, detail = escape(_error_text(v)), escape(v.detail[:400])
+        call = "" if v.call_index is None else str(v.call_index)
+        if wide:
+            table.add_row(v.target, f"[{style}]{v.symptom.value}{' (stateful)' if v.stateful else ''}[/{style}]",
+                          v.rung or "", call, err, detail)
+            continue
+        lines = [f"[{style}]{v.symptom.value}[/{style}]"] + (["(stateful)"] if v.stateful else [])
+        lines += ([f"rung {v.rung}"] if v.rung else []) + ([f"call {call}"] if call else [])
+        text = [t for t in (err, f"[dim]{detail}[/dim]" if detail else "") if t]
+        table.add_row(v.target, "\n".join(lines), "\n".join(text))
+    return table
+
+
+def _print_table(console: Console, case_dir: Path, result: object, saved: bool) -> None:
+    table = verdict_table(f"{case_dir}  ({result.case.case_id})", list(result.verdicts),  # type: ignore[attr-defined]
+                          console.width)
     console.print(table)
     search = result.search  # type: ignore[attr-defined]
     if search:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nnforge.agent.cli import app
@@ -130,7 +131,8 @@ def verify_unchecked(store: Store, campaign_dir: Path, log: Callable[[str], None
 # -- the command ------------------------------------------------------------------------------------------------------
 @app.command()
 def triage(
-    campaign_dir: Path = typer.Argument(..., help="The campaign folder (its store.sqlite is created if missing)."),
+    campaign_dir: Path = typer.Argument(..., metavar="CAMPAIGN_DIR",
+                                        help="The campaign folder (its store.sqlite is created if missing)."),
     target: str = typer.Option("", "--target", help="Comma-separated targets: what --import runs, and (when given) "
                                                     "the only findings triaged. Default for --import: inductor."),
     import_dir: Optional[Path] = typer.Option(None, "--import", help="Judge every case folder under this folder and "
@@ -187,24 +189,51 @@ def triage(
     raise typer.Exit(1 if any(o.error for o in outcomes) else 0)
 
 
+# Below this many columns (an 80-column terminal, a pipe) the triage table puts symptom, target
+# and rung under the title instead of in columns of their own, so the title keeps half the width.
+WIDE_TABLE_COLUMNS = 120
+
+
+def summary_table(title: str, touched: list[str], new: set[str], clusters: dict[str, Cluster], width: int) -> Table:
+    """The clusters a triage touched, one row each, laid out for a console `width` columns wide:
+    short columns never wrap, the cluster title folds and is never cut."""
+    table = Table(title=escape(title))
+    wide = width >= WIDE_TABLE_COLUMNS
+    table.add_column("cluster", no_wrap=True)
+    if wide:
+        table.add_column("", no_wrap=True)
+    table.add_column("findings", no_wrap=True, justify="right")
+    if wide:
+        for col in ("symptom", "target", "rung"):
+            table.add_column(col, no_wrap=True)
+    table.add_column("title" if wide else "title / verdict", overflow="fold", ratio=1, min_width=20)
+    for cid in touched:
+        c = clusters[cid]
+        status = "[green]new[/green]" if cid in new else "seen"
+        sig = c.signature
+        if wide:
+            table.add_row(cid, status, str(c.count), sig.symptom, sig.target, sig.rung or "", escape(c.title))
+        else:
+            verdict = f"[dim]{sig.symptom} on {sig.target}" + (f", rung {sig.rung}" if sig.rung else "") + "[/dim]"
+            table.add_row(f"{cid}\n{status}", str(c.count), f"{escape(c.title)}\n{verdict}")
+    return table
+
+
 def _print_summary(console: Console, campaign_dir: Path, outcomes: list[TriageOutcome],
                    clusters: dict[str, Cluster], elapsed: float) -> None:
     if not outcomes:
         console.print("no new findings to triage")
     touched = list(dict.fromkeys(o.cluster_id for o in outcomes if o.cluster_id))
     new = {o.cluster_id for o in outcomes if o.is_new_cluster}
-    table = Table(title=f"triage of {campaign_dir}: {len(outcomes)} finding(s), {len(touched)} cluster(s), {elapsed:.0f} s")
-    for col in ("cluster", "", "findings", "symptom", "target", "rung"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("title", overflow="fold", min_width=30)
-    for cid in touched:
-        c = clusters[cid]
-        table.add_row(cid, "[green]new[/green]" if cid in new else "seen", str(c.count), c.signature.symptom,
-                      c.signature.target, c.signature.rung or "", c.title)
-    console.print(table)
+    title = f"triage of {campaign_dir}: {len(outcomes)} finding(s), {len(touched)} cluster(s), {elapsed:.0f} s"
+    if touched:
+        console.print(summary_table(title, touched, new, clusters, console.width))
+    elif outcomes:
+        console.print(title, markup=False)
     for o in outcomes:
         if o.error:
-            console.print(f"[red]finding {o.finding_id} ({o.case_id}, {o.target}) not triaged: {o.error}[/red]",
+            console.print(f"[red]finding {o.finding_id} ({o.case_id}, {o.target}) not triaged: {escape(o.error)}[/red]",
                           soft_wrap=True)
     if touched:
-        console.print(f"drafts in {campaign_dir / FINDINGS_SUBDIR}/<cluster>/ (repro.py, report.md, gh_command.sh)")
+        console.print(f"drafts in {campaign_dir / FINDINGS_SUBDIR}/<cluster>/ (repro.py, report.md, gh_command.sh)",
+                      soft_wrap=True)

@@ -13,6 +13,7 @@ Both report worker health (restarts, timeouts, segfaults, max worker RSS) for th
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -207,8 +208,12 @@ class RayExecutor(Executor):
         self.size = cfg.workers
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
+            # logging_level ERROR: otherwise a local Ray prints over the live panel that it turned token
+            # authentication on (its default, which we keep: the documented way to silence that notice,
+            # RAY_AUTH_MODE=disabled, would turn it off), where it saved the token, and that it started.
+            # Errors still show, and a failed start raises.
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                      "ignore_reinit_error": True}
+                                      "ignore_reinit_error": True, "logging_level": logging.ERROR}
             if address:
                 kwargs["address"] = address
             else:

@@ -88,7 +88,8 @@ def render(s: StatusSnapshot) -> Panel:
     if s.note:
         top.add_row("", s.note)
     symptoms = sorted({k for c in s.verdicts.values() for k in c})
-    verdicts = Table(title="verdicts per target", expand=False)
+    title = "verdicts per target"
+    verdicts = Table(title=title, expand=False, min_width=len(title) + 4)  # the title on one line, however few columns
     verdicts.add_column("target")
     for k in symptoms:
         verdicts.add_column(k, justify="right", style="green" if k == "pass" else ("yellow" if k == "invalid" else "red"))

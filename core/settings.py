@@ -1,7 +1,15 @@
-"""Settings from the environment and `.env` (every key is listed in `.env.example`)."""
+"""Settings from the environment and `.env` files (every key is listed in `.env.example`).
+
+Where a setting comes from, strongest first: the environment (`NNFORGE_*`), `./.env` (the
+folder the command is started in), then the user's `~/.config/nnforge/.env`
+(`$XDG_CONFIG_HOME/nnforge/.env` when that is set), so a campaign started from any folder
+still finds the user's endpoint and keys.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError
@@ -61,10 +69,32 @@ class SettingsError(ValueError):
     """A setting (environment or `.env`) that is not what it must be; the message names each one."""
 
 
+def user_env_file() -> Path:
+    """The user's own `.env`: read whatever folder a command starts in, after `./.env`."""
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "nnforge" / ".env"
+
+
+def env_files() -> list[Path]:
+    """The `.env` files that exist, strongest first: `./.env`, then the user's (one file once)."""
+    found: list[Path] = []
+    for path in (Path.cwd() / ".env", user_env_file()):
+        if path.is_file() and all(not path.samefile(f) for f in found):
+            found.append(path)
+    return found
+
+
+def describe_sources(files: list[Path]) -> str:
+    """One line saying where settings were read from, so a campaign that lost its .env says so."""
+    if not files:
+        return "settings: no .env file: environment and defaults"
+    return "settings: environment, then " + ", then ".join(str(f) for f in files)
+
+
 def load_settings(**overrides) -> Settings:
     """The settings; SettingsError (one line per bad key: name, value, what it must be) if any is wrong."""
-    try:
-        return Settings(**overrides)
+    try:  # pydantic-settings lets a later file override an earlier one: weakest first
+        return Settings(_env_file=tuple(reversed(env_files())) or None, **overrides)
     except ValidationError as e:
         raise SettingsError(describe_errors(e)) from None
 

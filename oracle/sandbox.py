@@ -199,10 +199,13 @@ def _fence_fails(args: tuple[str, ...]) -> str | None:
 
 def protected_paths(extra: tuple[str, ...] = ()) -> list[str]:
     """What a worker must not write (and whose .env it must not read): `extra` (the campaign
-    folder), the parent's working directory, NNForge's own checkout and the home directory."""
+    folder), the parent's working directory, NNForge's own checkout, the home directory and the
+    user's NNForge config folder (settings read its .env too: core/settings.py)."""
+    from nnforge.core.settings import user_env_file
+
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = []
-    for p in (*extra, os.getcwd(), root, os.path.expanduser("~")):
+    for p in (*extra, os.getcwd(), root, os.path.expanduser("~"), str(user_env_file().parent)):
         real = os.path.realpath(p)
         if real != "/" and os.path.isdir(real) and real not in out:
             out.append(real)

@@ -5,6 +5,9 @@ import pytest
 
 # One warm inductor cache for the whole suite (cold compiles cost ~30 s each).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "nnforge-test-inductor-cache"))
+# Settings also read ~/.config/nnforge/.env (core/settings.py): the suite must not depend on the user
+# who runs it, so it sees an empty config folder of its own (tests that need one make their own).
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="nnforge-test-config-")
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
     verdict = finding.verdict
     summary: dict[str, Any] | None = None
     if cfg.reduce:
-        from nnforge.triage.reducer import Reducer
+        from nnforge.triage.reducer import Reducer, describe_reduction
 
         reducer = Reducer(pool, finding.target, timeout_s=settings.worker_timeout_s, max_queries=cfg.max_queries,
                           time_budget_s=cfg.budget_s, value_search_budget_ms=settings.value_search_budget_ms)
@@ -133,7 +133,7 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
                    "elapsed_s": round(res.elapsed_s, 2), "verified": res.verified, "exhausted": res.exhausted}
         if res.verified:
             case, verdict = res.case, res.verdict
-        log(f"finding {finding.finding_id}: ops {res.before['ops']} → {res.after['ops']}, "
+        log(f"finding {finding.finding_id}: {describe_reduction(res.before, res.after)}, "
             f"{res.queries} queries, {res.elapsed_s:.1f} s" + ("" if res.verified else " (not verified: kept the input)"))
     reduced_dir = campaign_dir / REDUCED_SUBDIR / str(finding.finding_id)
     case.save(reduced_dir)

@@ -38,6 +38,27 @@ def case_size(case: TestCase) -> dict[str, int]:
     return {"ops": len(program_ops(case.program)), "lines": lines, "calls": len(case.calls)}
 
 
+_SIZE_NOUNS = (("ops", "operator"), ("lines", "line"), ("calls", "call"))
+
+
+def size_words(size: dict[str, Any]) -> str:
+    """A case_size() for a reader: "1 operator, 10 lines", and "3 calls" when not the usual one."""
+    return ", ".join(f"{size[key]} {noun}{'' if size[key] == 1 else 's'}" for key, noun in _SIZE_NOUNS
+                     if key in size and (key != "calls" or size[key] != 1))
+
+
+def removed_nothing(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    return all(before.get(key) == after.get(key) for key, _ in _SIZE_NOUNS)
+
+
+def describe_reduction(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """"reduced from 3 operators, 14 lines to 1 operator, 9 lines" or "the reduction removed nothing
+    (1 operator, 10 lines)": never a "from X to X" that leaves a reader comparing two equal sizes."""
+    if removed_nothing(before, after):
+        return f"the reduction removed nothing ({size_words(after)})"
+    return f"reduced from {size_words(before)} to {size_words(after)}"
+
+
 @dataclass(frozen=True)
 class ReductionResult:
     case: TestCase  # the reduced case, with its values

@@ -308,12 +308,12 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
              f"{ladder_line(verdict)}. Guilty layer: **{layer}**.")
     size = ""
     if reduction:
+        from nnforge.triage.reducer import removed_nothing, size_words
+
         b, a = reduction.get("before", {}), reduction.get("after", {})
-        if b and a and (b.get("ops"), b.get("lines")) == (a.get("ops"), a.get("lines")):
-            size = f"The fuzzer's reduction could not make it smaller than {a.get('ops')} operators / {a.get('lines')} lines."
-        elif b and a:
-            size = (f"The fuzzer's case was reduced from {b.get('ops')} operators / {b.get('lines')} lines to "
-                    f"{a.get('ops')} operators / {a.get('lines')} lines.")
+        if b and a:
+            size = (f"{size_words(a)}; the fuzzer's reduction removed nothing" if removed_nothing(b, a)
+                    else f"reduced by the fuzzer from {size_words(b)} to {size_words(a)}")
     program_block = "```python\n" + case.program.strip() + "\n```"
     repro_block = (f"The full repro is attached as `repro.py` ({len(repro.splitlines())} lines: the program with its "
                    f"values, the target and the comparison; it needs only what its header says).")
@@ -333,7 +333,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         sentence,
         blame,
     ] + ([f"Root-cause hypothesis (written by an LLM, not verified): {hypothesis}"] if hypothesis else []) + [
-        "The program" + (" (" + size[0].lower() + size[1:].rstrip(".") + ")" if size else "") + ":",
+        "The program" + (f" ({size})" if size else "") + ":",
         program_block,
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
         repro_block,
