@@ -133,6 +133,6 @@ def test_reduce_command_writes_a_reduced_case_folder(tmp_path):
     out = tmp_path / "small"
     r = CliRunner().invoke(app, ["reduce", str(src), "--target", "faulty_crash:sin", "-o", str(out), "--budget-s", "60"])
     assert r.exit_code == 0, r.output
-    assert "→" in r.output and "queries" in r.output
+    assert "reduced from 9 operators" in r.output and "to 1 operator," in r.output and "queries" in r.output
     reduced = TestCase.load(out)
     assert (out / "verdict.json").is_file() and "sin" in op_names(reduced) and reduced.inputs is not None
