@@ -141,7 +141,13 @@ class OnnxReferenceBackend(OnnxBackend):
         proto = onnx.load_from_string(onnx_bytes)
         try:
             outs = ReferenceEvaluator(proto).run(None, feeds)
-        except Exception as e:
+        except (ValueError, IndexError) as e:
+            # numpy refused what an operator was given (a Reshape to a size the data does not have, an
+            # axis a 0-d tensor lacks): the exported graph contradicts itself, which ORT and TVM would
+            # then be blamed for
+            raise ExportFailed(f"the exported graph cannot be evaluated (onnx.reference): {type(e).__name__}: "
+                               f"{_first_line(e)}") from e
+        except Exception as e:  # an operator or dtype the reference evaluator does not implement
             raise RungSkipped(f"onnx.reference cannot run the exported graph: {type(e).__name__}: {_first_line(e)}") from e
         outs = [_np_array(o) for o in outs]
         for decl, o in zip(proto.graph.output, outs):
