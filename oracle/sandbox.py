@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nnforge.core import wire
-from nnforge.oracle.worker import (FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, descendants, encode_frame, kill_tree,
-                                   strip_worker_frames)
+from nnforge.oracle.worker import (FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, WORKER_MARK, descendants, encode_frame,
+                                   kill_marked, kill_tree, strip_worker_frames)
 
 STATUSES = ("ok", "error", "segfault", "timeout", "oom")
 
@@ -342,6 +342,8 @@ class _Worker:
         self.fault_log = os.path.join(self.workdir, FAULT_LOG)
         child_env = dict(env)
         child_env["TMPDIR"] = os.path.join(self.workdir, "tmp")
+        self.mark = os.urandom(8).hex()
+        child_env[WORKER_MARK] = self.mark  # how its orphans are found once it is gone (worker.kill_marked)
         argv = [sys.executable, "-u", "-m", "nnforge.oracle.worker", "--workdir", self.workdir]
         for name in preload:
             argv += ["--preload", name]
@@ -473,16 +475,19 @@ class _Worker:
 
     def kill(self) -> int | None:
         """SIGKILL the worker, every process below it (setsid and double-forked ones included: the
-        worker is their subreaper) and its process group; reap the child; returns its exit status."""
+        worker is their subreaper), its process group, and what a worker that died on its own left
+        behind (found by the mark in their environment); reap the child; returns its exit status."""
         kill_tree(self.pid, include_root=True)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
-            return self.proc.wait(timeout=10)
+            status = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
-            return None
+            status = None
+        kill_marked(self.mark, self.workdir)  # what a worker that died left behind, reparented to init
+        return status
 
     def shutdown(self) -> None:
         """Graceful when idle: close stdin so the loop ends, then make sure the group is gone."""

@@ -253,6 +253,36 @@ def kill_tree(root: int, *, include_root: bool) -> int:
     return len(killed)
 
 
+WORKER_MARK = "NNFORGE_WORKER_MARK"  # set in each worker's environment; every descendant inherits it
+
+
+def kill_marked(mark: str, workdir: str) -> int:
+    """SIGKILL every process that carries this worker's mark in its environment or runs in its work
+    dir. Orphans of a dead worker are reparented to init and no longer descend from anything we
+    know; what they inherited is how they are found. Returns how many were signalled."""
+    needle = f"{WORKER_MARK}={mark}".encode()
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                marked = needle in f.read().split(b"\0")
+            if not marked:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+                marked = cwd == workdir or cwd.startswith(workdir.rstrip("/") + "/")
+        except OSError:
+            continue
+        if marked:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
+
+
 def _end_of_call_cleanup() -> None:
     """Kill whatever the call left running and reap it: every descendant ends with the test."""
     kill_tree(os.getpid(), include_root=False)

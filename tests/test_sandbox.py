@@ -488,6 +488,24 @@ def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool):
     assert run(pool, "def main():\n    return 1\n").value == 1
 
 
+ESCAPE_THEN_DIE = ESCAPEES.replace("    return pids\n", "    os.kill(os.getpid(), 9)  # the worker dies with them running\n")
+
+
+def test_children_do_not_outlive_a_worker_that_dies_in_the_same_call(make_pool):
+    """Orphans of a dead worker are reparented to init: only a mark they inherit finds them."""
+    scratch = Path(tempfile.mkdtemp(prefix="nnforge-test-"))
+    pool = make_pool()
+    out = run(pool, ESCAPE_THEN_DIE, "main", str(scratch / "pids"))
+    assert out.status == "segfault" or not out.ok, out
+    pids = [int(p) for p in (scratch / "pids").read_text().split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), [open(f"/proc/{p}/cmdline").read() for p in pids if not _gone(p)]
+    assert run(pool, "def main():\n    return 1\n").value == 1  # a fresh worker took over
+
+
 HOG_CHILD = """
 import subprocess, sys, time
 
