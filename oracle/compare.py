@@ -11,7 +11,8 @@
   arithmetic alone is the same in the float64 run, so there eager and float64 agree and the
   rule accepts nothing.
 - Index outputs of argmax/argmin/max/min/sort/topk are not compared where the reduced values
-  tie: which index wins a tie is unspecified.
+  tie: which index wins a tie is unspecified. topk with sorted=False leaves the order of its k
+  results unspecified: its values are compared sorted along that dim, its indices not at all.
 - Non-finite positions are compared on their own: NaN vs Inf vs finite is `nan_mismatch`.
   (Where both are non-finite the kind is compared too: a compiled -inf where eager says NaN is
   how lost NaN propagation shows after a log or a division, e.g. log(softshrink(NaN)).)
@@ -183,6 +184,13 @@ def compare_tensors(expected: Any, actual: Any, *, fp64: Any = None, tie_mask: A
         return Comparison(Symptom.MISMATCH, detail=f"shape {tuple(actual.shape)} instead of {tuple(expected.shape)}")
     if expected.dtype != actual.dtype:
         return Comparison(Symptom.MISMATCH, detail=f"dtype {actual.dtype} instead of {expected.dtype}")
+    if isinstance(tie_mask, Unordered) and expected.dim() > tie_mask.dim and not expected.is_complex():
+        d = tie_mask.dim  # compare as the sets they are: sorted along the unordered dim
+        expected, actual = expected.sort(dim=d).values, actual.sort(dim=d).values
+        fp64 = fp64.sort(dim=d).values if fp64 is not None and tuple(fp64.shape) == tuple(expected.shape) else None
+        tie_mask, noise = None, None
+    elif isinstance(tie_mask, Unordered):
+        tie_mask = None
     e, a = _dense(expected), _dense(actual)
     r = _dense(fp64) if fp64 is not None and tuple(fp64.shape) == tuple(e.shape) else None
     if e.is_complex():
@@ -312,6 +320,14 @@ _INDEX_OPS = {"argmax": "extreme", "argmin": "extreme", "max": "extreme_dim", "m
               "sort": "sort", "topk": "topk"}
 
 
+@dataclass(frozen=True)
+class Unordered:
+    """In place of a tie mask: the leaf's order along `dim` is unspecified (topk with sorted=False
+    returns its k values in any order), so it is compared sorted along that dim."""
+
+    dim: int
+
+
 class TieRecorder:
     """A dispatch mode for the eager reference run: remembers index outputs that saw ties.
 
@@ -378,6 +394,11 @@ class TieRecorder:
             else:
                 d = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
             d = d % max(x.dim(), 1)
+            if kind == "topk" and not kwargs.get("sorted", args[4] if len(args) > 4 else True):
+                # which k values is defined, their order is not: values compare sorted, indices not at all
+                self._masks[self._key(values)] = Unordered(d)
+                self._masks[self._key(indices)] = torch.ones(indices.shape, dtype=torch.bool)
+                return
             # A returned value ties when it also occurs elsewhere in its slice of the input.
             xs = x.movedim(d, -1).unsqueeze(-2)  # (..., 1, n)
             vs = values.movedim(d, -1).unsqueeze(-1)  # (..., k, 1)
@@ -403,10 +424,13 @@ class TieRecorder:
 
         masks = {}
         for path, leaf in flatten(out):
-            if isinstance(leaf, torch.Tensor) and not leaf.is_floating_point():
-                m = self._masks.get(self._key(leaf))
-                if m is not None and bool(m.any()):
-                    masks[path] = m.clone()
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            m = self._masks.get(self._key(leaf))
+            if isinstance(m, Unordered):
+                masks[path] = m
+            elif m is not None and not leaf.is_floating_point() and bool(m.any()):
+                masks[path] = m.clone()
         return masks
 
 

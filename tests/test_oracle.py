@@ -149,3 +149,25 @@ def test_infinite_loop_under_compile_is_a_timeout(pool):
     # Last in this module: the restart after the kill is paid by nobody.
     result = Oracle(pool, ["eager"], timeout_s=5).check(TestCase(program=LOOP_WHEN_COMPILED))
     assert result.verdicts[0].symptom is Symptom.TIMEOUT
+
+
+def test_unsorted_topk_is_compared_as_the_set_it_is():
+    """topk(sorted=False) may return its k results in any order: a backend that orders them
+    differently is right, one that returns other values is not."""
+    import torch
+
+    from nnforge.oracle.compare import TieRecorder, Unordered, compare_outputs
+
+    x = torch.tensor([[3.0, 9.0, 1.0, 7.0, 5.0]])
+    with TieRecorder() as rec:
+        out = torch.topk(x, 3, sorted=False)
+    masks = rec.masks_for(tuple(out))
+    assert masks["[0]"] == Unordered(1) and bool(masks["[1]"].all())
+    values, indices = out
+    shuffled = (values.flip(-1), indices.flip(-1))
+    assert compare_outputs(tuple(out), shuffled, tie_masks=masks).ok
+    wrong = (torch.tensor([[9.0, 7.0, 3.0]]), indices)
+    assert not compare_outputs(tuple(out), wrong, tie_masks=masks).ok
+    with TieRecorder() as rec:
+        ordered = torch.topk(x, 3, sorted=True)
+    assert not compare_outputs(tuple(ordered), (ordered[0].flip(-1), ordered[1]), tie_masks=rec.masks_for(tuple(ordered))).ok
