@@ -127,3 +127,15 @@ def test_a_failed_g_plus_plus_run_keeps_its_error_line_in_the_verdict_message():
     message = _message(e)
     assert message.startswith("Command '['g++'")  # the headline names only the command ...
     assert compiler_error_line(message) == "no match for 'operator+' (operand types are '<name>' and '<name>')"
+
+
+def test_tvm_binding_variable_names_do_not_split_a_crash() -> None:
+    """TVM numbers its Relax bindings (lv, lv24) by where the failing op sits in the graph."""
+    template = ("Binary operators must have the same datatype for both operands.  However, "
+                "R.subtract(R.const(1.0, \"float32\"), {var}) uses datatype T.float32 on the LHS (Type of "
+                "R.Tensor((), dtype=\"float32\")), and datatype T.float16 on the RHS (Type of R.Tensor({shape}, "
+                "dtype=\"float16\")).")
+    keys = {provisional_key(Verdict(target="tvm", symptom=Symptom.CRASH, rung="tvm_frontend", exc_type="TypeError",
+                                    exc_message=template.format(var=var, shape=shape)), TestCase(program=SUB_CLAMP))
+            for var, shape in (("lv24", "(2, 5, 1, 1, 3)"), ("lv", "(15,)"))}
+    assert len(keys) == 1

@@ -33,6 +33,7 @@ _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     # generated names of the generator, FX, Inductor and symbolic shapes
     (re.compile(r"\b(?:v|w|x|buf|arg|primals|tangents|getitem|tmp|s|u|ps|zuf|unbacked)\d+(?:_\w+)?\b"), "<name>"),
     (re.compile(r"\bn\d+_\w+"), "<name>"),  # n5_dim: per-node generated attribute names
+    (re.compile(r"\b(?:lv|gv)\d*\b"), "<name>"),  # TVM Relax's binding variables: lv, lv24, gv1
     (re.compile(r"\btmp_\w+"), "<name>"),
     (re.compile(r"%\w+"), "%<node>"),  # FX node references in "While executing %sin_1 : ..."
     (re.compile(r"\b([A-Za-z][A-Za-z]*?)_\d+\b"), r"\1_<n>"),  # FX node names sin_1, add_3
