@@ -145,7 +145,8 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert json.loads(stats[-1][2])["verdicts"]
     meta = dict(_query(out, "SELECT key, value FROM meta"))
     assert meta["campaign_status"] == "finished"
-    assert "export table of 1 probes" in meta["export_table"] and "ort 1" in meta["export_table"]
+    # the one refused probe blocks its instance, log(int64), and its operator, log (every probe of it refused)
+    assert "export table of 1 probes" in meta["export_table"] and "ort 2" in meta["export_table"]
     assert "ONNX generation" in (out / "summary.md").read_text()
     assert json.loads(meta["scheduler_state"])["policy"] == "thompson-beta"
     bugs = _query(out, "SELECT COUNT(*) FROM tests WHERE symptom NOT IN ('pass', 'invalid')")[0][0]
