@@ -474,6 +474,13 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _assert_all_gone(pids: list[int], within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids), [open(f"/proc/{p}/cmdline").read() for p in pids if not _gone(p)]
+
+
 def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool):
     scratch = Path(tempfile.mkdtemp(prefix="nnforge-test-"))  # not the test's cwd: workers see that read-only
     pool = make_pool()
@@ -481,10 +488,7 @@ def test_setsid_and_double_forked_children_do_not_outlive_the_test(make_pool):
     assert out.ok, out
     pids = [int(p) for p in (scratch / "pids").read_text().split()]
     assert len(pids) == 2
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
-        time.sleep(0.1)
-    assert all(_gone(p) for p in pids), [open(f"/proc/{p}/cmdline").read() for p in pids if not _gone(p)]
+    _assert_all_gone(pids)
     assert run(pool, "def main():\n    return 1\n").value == 1
 
 
@@ -499,10 +503,7 @@ def test_children_do_not_outlive_a_worker_that_dies_in_the_same_call(make_pool):
     assert out.status == "segfault" or not out.ok, out
     pids = [int(p) for p in (scratch / "pids").read_text().split()]
     assert len(pids) == 2
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
-        time.sleep(0.1)
-    assert all(_gone(p) for p in pids), [open(f"/proc/{p}/cmdline").read() for p in pids if not _gone(p)]
+    _assert_all_gone(pids)
     assert run(pool, "def main():\n    return 1\n").value == 1  # a fresh worker took over
 
 
