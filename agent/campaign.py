@@ -178,12 +178,11 @@ class GeneratorSource:
         from nnforge.generator.engine import GeneratorConfig
         from nnforge.generator.export_probe import onnx_config
         from nnforge.generator.seeds import generate_case
-        from nnforge.oracle.backend import parse_target
 
         n = self.next_seed
         self.next_seed += 1
         self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
-        onnx = parse_target(target).spec.family == "onnx"
+        onnx = is_onnx_target(target)
         cfg = GeneratorConfig(n_nodes=self.cfg.nodes, seed=n)
         if not onnx:
             return generate_case(cfg)[0], n
@@ -234,9 +233,15 @@ def categories_for_target(target: str) -> tuple[str, ...]:
     has: for ONNX targets they would test the exporter's tracing, in front of the runtime, so
     those targets get the backend families (layout, dtypes, fusion, shapes, special values) only."""
     from nnforge.mutators.base import BACKEND_CATEGORIES, CATEGORIES
+
+    return BACKEND_CATEGORIES if is_onnx_target(target) else CATEGORIES
+
+
+def is_onnx_target(target: str) -> bool:
+    """The target runs an exported ONNX graph (ort, tvm, onnx_export), not the Python model."""
     from nnforge.oracle.backend import parse_target
 
-    return BACKEND_CATEGORIES if parse_target(target).spec.family == "onnx" else CATEGORIES
+    return parse_target(target).spec.family == "onnx"
 
 
 # -- behaviour: what counts as new -------------------------------------------------------------------------------
@@ -763,7 +768,7 @@ class Campaign:
         versions, does not count against the budget."""
         from nnforge.oracle.backend import parse_target
 
-        onnx_targets = [t for t in self.cfg.targets if parse_target(t).spec.family == "onnx"]
+        onnx_targets = [t for t in self.cfg.targets if is_onnx_target(t)]
         source = self.sources.get("generator")
         if not onnx_targets or source is None:
             return

@@ -39,15 +39,6 @@ class ExportTable:
         if reason and key not in self.reasons:
             self.reasons[key] = reason
 
-    @property
-    def counts(self) -> dict[str, dict[str, list[int]]]:
-        """instance key -> check -> [passed, refused]."""
-        out: dict[str, dict[str, list[int]]] = {}
-        for key, _, outcome in self.probes:
-            for check, result in outcome.items():
-                out.setdefault(key, {}).setdefault(check, [0, 0])[0 if result else 1] += 1
-        return out
-
     def blocked(self, checks: Iterable[str]) -> frozenset[str]:
         """Keys some of `checks` refused and never passed: the instances a target's tests must not hold.
 

@@ -290,7 +290,7 @@ class GraphGenerator:
             new_ids.append(chosen[j])
         in_ids = chosen
         ins = [self.vals[i] for i in in_ids]
-        if self._blocked(spec, ins):
+        if self._blocked(spec.name, [v.t.sig for v in ins]):
             self.stats.no_match += 1
             self._forget(new_ids)
             return False
@@ -361,11 +361,11 @@ class GraphGenerator:
         self.bin_placeholders(new_ids)
         return True
 
-    def _blocked(self, spec: type[OpSpec], ins: list[_Val]) -> bool:
-        if not self.cfg.blocked:
-            return False
-        return (spec.name in self.cfg.blocked or instance_key(spec.name, [v.t.dtype for v in ins]) in self.cfg.blocked
-                or rank_key(spec.name, ins[0].t.rank if ins else 0) in self.cfg.blocked)
+    def _blocked(self, op: str, in_sigs: list[tuple[str, int]]) -> bool:
+        """The config blocks this instance: by the operator, its input dtypes or its first input's rank."""
+        blocked = self.cfg.blocked
+        return bool(blocked) and (op in blocked or instance_key(op, [d for d, _ in in_sigs]) in blocked
+                                  or rank_key(op, in_sigs[0][1] if in_sigs else 0) in blocked)
 
     def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
         """Whether the node just appended is to blame for the graph's facts failing once its
@@ -394,9 +394,7 @@ class GraphGenerator:
         if in_sigs is None or not spec.accepts(in_sigs) or any(r > self.cfg.max_rank for _, r in in_sigs):
             self.stats.no_match += 1
             return False
-        if self.cfg.blocked and (spec.name in self.cfg.blocked
-                                 or instance_key(spec.name, [d for d, _ in in_sigs]) in self.cfg.blocked
-                                 or rank_key(spec.name, in_sigs[0][1] if in_sigs else 0) in self.cfg.blocked):
+        if self._blocked(spec.name, list(in_sigs)):
             self.stats.no_match += 1
             return False
         wset = set(spec.weight_inputs)
