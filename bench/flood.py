@@ -1,7 +1,10 @@
 """Flood benchmark for the sandbox: a campaign whose only target kills its worker in mixed ways.
 
 `faulty_chaos` (oracle/faulty.py) picks, per graph, a SIGSEGV, a hang, a memory blow-up, an exit,
-a child process that outlives the call, or a pass. The campaign must survive all of it, record
+a child process that outlives the call, or a pass; on top of that, a share of worker start-ups
+exit before the worker says it is ready (`--startup-exits`, planted through a `.pth` line in the
+virtualenv's site-packages for the run's length, as the fault benchmark plants its faults: the
+workers' environment is scrubbed). The campaign must survive all of it, record
 every test it made with a verdict, leave no process behind, and keep the parent's memory flat.
 
     .venv/bin/python bench/flood.py --tests 1000            # until 1000 tests are recorded
@@ -27,6 +30,22 @@ from pathlib import Path
 from nnforge.oracle.worker import parent_of  # noqa: E402  (the sandbox's own reading of /proc/<pid>/stat)
 
 NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
+STARTUP_PTH = "nnforge_flood_startup_exit.pth"
+
+
+def plant_startup_exits(share: float, tally: Path) -> Path:
+    """A `.pth` line that makes that share of NNForge worker start-ups exit at interpreter start
+    (before the worker imports torch or says it is ready), leaving one file in `tally` each time.
+    Only processes started as `-m nnforge.oracle.worker` are touched, not their children."""
+    import sysconfig
+
+    tally.mkdir(parents=True, exist_ok=True)
+    line = ("import os, sys, random; ('nnforge.oracle.worker' in getattr(sys, 'orig_argv', ())) and "
+            f"random.random() < {share!r} and (os.path.isdir({str(tally)!r}) and "
+            f"open(os.path.join({str(tally)!r}, str(os.getpid())), 'w').close(), os._exit(23))\n")
+    pth = Path(sysconfig.get_paths()["purelib"]) / STARTUP_PTH
+    pth.write_text(line)
+    return pth
 
 
 def pids() -> set[int]:
@@ -75,9 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds per worker call: what a hang costs")
     ap.add_argument("--memory-mb", type=int, default=1500, help="worker memory limit: what a blow-up reaches")
+    ap.add_argument("--startup-exits", type=float, default=0.05,
+                    help="share of worker start-ups that exit before the worker is ready (default 0.05)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="nnforge-flood-")) / "camp"
+    tally = Path(tempfile.mkdtemp(prefix="nnforge-flood-startup-"))
+    pth = plant_startup_exits(args.startup_exits, tally) if args.startup_exits > 0 else None
+    try:
+        return _flood(args, out, tally)
+    finally:
+        if pth is not None:
+            pth.unlink(missing_ok=True)
+
+
+def _flood(args: argparse.Namespace, out: Path, tally: Path) -> int:
     before = pids()
     env = {**os.environ, "NNFORGE_WORKER_MEMORY_MB": str(args.memory_mb)}
     cmd = [*NNFORGE, "campaign", "--budget", f"{args.minutes * 60:.0f}s", "--targets", "faulty_chaos",
@@ -114,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ("tests made (queued)", made), ("made but not recorded", unrecorded),
         ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(symptoms.items()))),
         ("worker restarts", restarts[0] if restarts else "-"),
+        ("worker start-ups that exited before ready", len(list(tally.iterdir()))),
         ("processes left behind", f"{len(left)}" + (f" ({left[:10]})" if left else "")),
         ("parent RSS first/last/max MB (after 1 min)",
          f"{warm[0]:.0f} / {warm[-1]:.0f} / {max(warm):.0f}" if warm else "-"),

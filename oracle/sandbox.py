@@ -51,6 +51,7 @@ _FRAME_LINE = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+) in (?P<fu
 _POLL_S = 0.05
 _TREE_POLL_S = 0.5  # the whole process tree's memory is summed this often (a /proc scan)
 MAX_DESCENDANTS = 256  # processes a call may have running at once below its worker
+START_ATTEMPTS = 3  # fresh workers a call tries before it reports that none would start
 _DUMP_WAIT_S = 1.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
@@ -585,7 +586,7 @@ class WorkerPool:
         for slot in self._slots:
             self._free.put(slot)
         self._next_call_id = 0
-        self._stats = {"calls": 0, "ok": 0, "errors": 0, "restarts": 0, "recycles": 0,
+        self._stats = {"calls": 0, "ok": 0, "errors": 0, "restarts": 0, "recycles": 0, "start_failures": 0,
                        "timeouts": 0, "segfaults": 0, "ooms": 0, "started": 0}
         self._finalizer = weakref.finalize(self, _kill_all, self._slots)
 
@@ -666,17 +667,27 @@ class WorkerPool:
             worker = self._replace(slot, reason="restart")
         elif worker is None or not worker.alive():
             worker = self._replace(slot, reason="restart" if worker is not None else None)
-        try:
-            worker.wait_ready(self.startup_timeout_s)
-        except _WorkerDied as died:
-            tail = _tail(worker.output_log, self.output_tail_bytes)
-            self._discard(slot)
-            self._raise_if_closed()
-            return self._count(WorkerOutcome(
-                status="error", exc_type="WorkerStartError",
-                exc_message=f"the worker did not start ({died.why}{': ' + died.detail if died.detail else ''})",
-                traceback=tail, output_tail=tail, worker_pid=worker.pid,
-            ))
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                worker.wait_ready(self.startup_timeout_s)
+                break
+            except _WorkerDied as died:
+                # A worker that dies before it is ready has not seen the call: not the program's
+                # doing, so the call goes to a fresh worker, and only a pool that cannot start
+                # any says so.
+                tail = _tail(worker.output_log, self.output_tail_bytes)
+                self._discard(slot)
+                self._raise_if_closed()
+                with self._lock:
+                    self._stats["start_failures"] += 1
+                if attempt == START_ATTEMPTS:
+                    return self._count(WorkerOutcome(
+                        status="error", exc_type="WorkerStartError",
+                        exc_message=f"{START_ATTEMPTS} workers in a row did not start (the last: {died.why}"
+                                    f"{': ' + died.detail if died.detail else ''})",
+                        traceback=tail, output_tail=tail, worker_pid=worker.pid,
+                    ))
+                worker = self._replace(slot, reason="restart")
 
         start = time.monotonic()
         memory = self.memory_mb * 1024 * 1024

@@ -285,6 +285,46 @@ def test_exit_mid_call_is_reported_and_the_next_call_gets_a_fresh_worker(make_po
     assert run(pool, "def main():\n    return 'ok'\n").value == "ok"
 
 
+def _preload_that_exits(folder: Path, starts_that_fail: int) -> dict[str, str]:
+    """A module, importable by the workers, that makes the first `starts_that_fail` worker
+    start-ups exit before the worker is ready (one marker file per start counts them)."""
+    folder.mkdir()
+    (folder / "flaky_start.py").write_text(f"""
+import os
+seen = len(os.listdir({str(folder / 'starts')!r}))
+open(os.path.join({str(folder / 'starts')!r}, str(os.getpid())), 'w').close()
+if seen < {starts_that_fail}:
+    os._exit(5)
+""")
+    (folder / "starts").mkdir()
+    return {"PYTHONPATH": str(folder)}
+
+
+@pytest.fixture
+def free_dir():
+    """A folder workers may write (pytest's own tmp_path sits below a folder they see read-only)."""
+    with tempfile.TemporaryDirectory(prefix="nnforge-test-") as d:
+        yield Path(d)
+
+
+def test_a_worker_that_dies_before_it_is_ready_costs_the_call_nothing(make_pool, free_dir):
+    tmp_path = free_dir
+    pool = make_pool(preload=("flaky_start",), env=_preload_that_exits(tmp_path / "mods", 2))
+    assert run(pool, "def main():\n    return 'ran'\n").value == "ran"
+    stats = pool.stats()
+    assert stats["start_failures"] == 2 and stats["started"] == 3
+    assert len(os.listdir(tmp_path / "mods" / "starts")) == 3
+
+
+def test_a_pool_whose_workers_never_start_says_so_and_runs_nothing(make_pool, free_dir):
+    tmp_path = free_dir
+    pool = make_pool(preload=("flaky_start",), env=_preload_that_exits(tmp_path / "mods", 99))
+    out = run(pool, "def main():\n    return 'ran'\n")
+    assert out.status == "error" and out.exc_type == "WorkerStartError"
+    assert "3 workers in a row did not start" in out.exc_message
+    assert len(os.listdir(tmp_path / "mods" / "starts")) == 3
+
+
 def test_calls_from_many_threads_share_the_workers(make_pool):
     pool = make_pool(size=2)
     pool.warmup()
