@@ -106,6 +106,7 @@ class CampaignConfig:
     timeout_s: float = 60.0
     memory_mb: int = 6000
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
+    value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0
     report_every_s: float = 300.0
@@ -235,6 +236,25 @@ def categories_for_target(target: str) -> tuple[str, ...]:
     from nnforge.mutators.base import BACKEND_CATEGORIES, CATEGORIES
 
     return BACKEND_CATEGORIES if is_onnx_target(target) else CATEGORIES
+
+
+def value_bin_families() -> tuple[str, ...]:
+    from nnforge.oracle.value_bins import FAMILIES
+
+    return FAMILIES
+
+
+def _requested_bin(case: TestCase) -> str | None:
+    b = case.meta.get("value_bin")
+    return b if isinstance(b, str) else None
+
+
+def _bin_kept(case: TestCase, verdict: Verdict) -> bool | None:
+    """Whether the test ran on values with its bin's property (None: no bin, or not known)."""
+    wanted = _requested_bin(case)
+    if wanted is None or verdict.value_bin is None:
+        return None
+    return verdict.value_bin == wanted
 
 
 def is_onnx_target(target: str) -> bool:
@@ -460,7 +480,8 @@ class Campaign:
         self.offline = offline
         self.scheduler = Scheduler(list(self.sources), categories if cfg.mutate_prob > 0 else [], cfg.targets,
                                    prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed,
-                                   categories_for=categories_for_target)
+                                   categories_for=categories_for_target,
+                                   value_bins=value_bin_families() if cfg.value_bins else ())
         state = self.store.get_json("scheduler_state")
         if state:
             self.scheduler.restore(state)
@@ -529,6 +550,9 @@ class Campaign:
                 self.exhausted.add(arm.key)
             return None
         self._dup_streak[arm.key] = 0
+        family = self.scheduler.pick_bin() if case.inputs is None else None
+        if family is not None:  # the worker draws the values from it (oracle/value_bins.py)
+            case = case.with_(meta={**case.meta, "value_bin": family})
         folder = self.out / CASES_SUBDIR / case.case_id
         case.save(folder)  # before the test runs: a kill loses only the verdict
         test = QueuedTest(test_no=self.next_test_no, case_id=case.case_id, target=arm.target, folder=str(folder),
@@ -601,9 +625,11 @@ class Campaign:
                                                t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
                                                elapsed_s=round(self.elapsed(), 2), novel=bool(new),
                                                compiler=compiler_record(result, test.target),
-                                               pkey=root_cause_key(verdict, case) if verdict.is_bug else None)
+                                               pkey=root_cause_key(verdict, case) if verdict.is_bug else None,
+                                               value_bin=_requested_bin(case), value_bin_kept=_bin_kept(case, verdict))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
+        self.scheduler.reward_bin(_requested_bin(case), 1.0 if new else 0.0)
         if new:
             self.counters.novel += 1
             self.last_new = time.monotonic()

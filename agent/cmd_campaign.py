@@ -82,6 +82,10 @@ def campaign(
     plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
     sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default: no network, no capabilities, "
                                                                    "parent unreadable) or basic (scrubbed env only)."),
+    value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
+                                              help="Draw each test's values from a bin the scheduler picks (all "
+                                                   "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
+                                                   "or always from the default draw."),
 ) -> None:
     """Fuzz the targets for a time budget: generate, mutate, judge, triage, report.
 
@@ -131,6 +135,7 @@ def campaign(
             triage_budget_s=triage_budget_s, executor=executor, address=address, coverage=coverage,
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
+            value_bins=settings.value_bins if value_bins is None else value_bins,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))

@@ -138,6 +138,8 @@ class CampaignView:
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
     export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
+    by_value_bin: tuple[YieldRow, ...] = ()  # per value bin the scheduler drew (empty with bins off)
+    value_bin_kept: dict[str, tuple[int, int]] = field(default_factory=dict)  # bin -> (kept its property, known)
     gated: dict[str, int] = field(default_factory=dict)  # target -> tests stopped by the ONNX export in front of it
 
     @property
@@ -289,7 +291,8 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
         scheduler=_scheduler(db, clusters), timeline_source=source, series=series, compiler=_compiler_reasons(db),
-        waiting=_waiting(db))
+        waiting=_waiting(db), by_value_bin=tuple(r for r in _yield(db, "value_bin") if r.key != "(none)"),
+        value_bin_kept=_bins_kept(db))
 
 
 def _max_test_elapsed(db: _Db) -> float:
@@ -329,6 +332,14 @@ def _yield(db: _Db, column: str) -> tuple[YieldRow, ...]:
     rows = db.rows(sql, params)
     return tuple(YieldRow(key=str(r["k"]), tests=int(r["n"]), bugs=int(r["bugs"] or 0), invalid=int(r["invalid"] or 0),
                           clusters=int(r["clusters"] or 0)) for r in rows)
+
+
+def _bins_kept(db: _Db) -> dict[str, tuple[int, int]]:
+    if "tests" not in db.tables or "value_bin_kept" not in db.cols("tests"):
+        return {}
+    rows = db.rows("SELECT value_bin AS b, SUM(CASE WHEN value_bin_kept = 1 THEN 1 ELSE 0 END) AS kept, "
+                   "COUNT(value_bin_kept) AS known FROM tests WHERE value_bin IS NOT NULL GROUP BY value_bin")
+    return {str(r["b"]): (int(r["kept"] or 0), int(r["known"] or 0)) for r in rows}
 
 
 def _stages(db: _Db) -> dict[str, float]:

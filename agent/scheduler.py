@@ -22,6 +22,10 @@ Priors: α0 = 1 + PRIOR_WEIGHT × share of the category in the compiler's bug hi
 stationary (a found bug stops being new), so each update first shrinks the arm's evidence by
 DISCOUNT: an arm's memory is about its last 1/(1-DISCOUNT) pulls.
 
+Value bins (oracle/value_bins.py: all-positive values, ties, constants, ...) are a second,
+independent bandit with the same reward: each test draws its arm and then its value bin, so the
+campaign learns which kinds of values find new behaviour without multiplying the arms.
+
 `--mutate-prob` splits tests between plain seeds and mutants before the bandit picks among the
 arms of that kind, so the share of mutants is a setting, not something the bandit can drift away from.
 
@@ -91,7 +95,8 @@ class Scheduler:
 
     def __init__(self, sources: Iterable[str], categories: Iterable[str], targets: Iterable[str], *,
                  prior: dict[str, float] | None = None, mutate_prob: float = 0.5, seed: int = 0,
-                 discount: float = DISCOUNT, categories_for: Callable[[str], Iterable[str]] | None = None):
+                 discount: float = DISCOUNT, categories_for: Callable[[str], Iterable[str]] | None = None,
+                 value_bins: Iterable[str] = ()):
         self.sources = list(sources)
         self.categories = list(categories)
         self.targets = list(targets)
@@ -106,6 +111,7 @@ class Scheduler:
                 allowed = set(categories_for(t)) if categories_for is not None else set(self.categories)
                 for c in (c for c in self.categories if c in allowed):
                     self.arms[Arm(s, c, t).key] = ArmState(alpha0=1.0 + PRIOR_WEIGHT * self.prior.get(c, 0.0))
+        self.bins: dict[str, ArmState] = {b: ArmState(alpha0=1.0) for b in value_bins}
         self.seen: set[str] = set()  # behaviours seen: signature digests, "gb:<reason>", ...
         self.covered_lines = 0
 
@@ -121,6 +127,12 @@ class Scheduler:
         best = max(keys, key=lambda k: self.arms[k].sample(self.rng))
         return Arm.from_key(best)
 
+    def pick_bin(self) -> str | None:
+        """The value bin of the next test (None when the campaign draws values one way only)."""
+        if not self.bins:
+            return None
+        return max(self.bins, key=lambda b: self.bins[b].sample(self.rng))
+
     # -- learning -----------------------------------------------------------------------------------
     def novel(self, behaviours: Iterable[str]) -> list[str]:
         """Which of `behaviours` are new; they are remembered as seen."""
@@ -134,12 +146,21 @@ class Scheduler:
             state = self.arms[arm.key] = ArmState(alpha0=1.0)
         state.update(reward, self.discount)
 
+    def reward_bin(self, name: str | None, reward: float) -> None:
+        if name is None:
+            return
+        state = self.bins.get(name)
+        if state is None:  # a bin from an older configuration
+            state = self.bins[name] = ArmState(alpha0=1.0)
+        state.update(reward, self.discount)
+
     # -- persistence and reporting --------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"policy": "thompson-beta", "discount": self.discount, "mutate_prob": self.mutate_prob,
                 "prior": self.prior, "covered_lines": self.covered_lines, "seen": sorted(self.seen),
                 "rng": _rng_state(self.rng),
-                "arms": {k: [s.alpha0, s.beta0, s.alpha, s.beta, s.pulls, s.rewards] for k, s in self.arms.items()}}
+                "arms": {k: [s.alpha0, s.beta0, s.alpha, s.beta, s.pulls, s.rewards] for k, s in self.arms.items()},
+                "bins": {k: [s.alpha0, s.beta0, s.alpha, s.beta, s.pulls, s.rewards] for k, s in self.bins.items()}}
 
     def restore(self, data: dict[str, Any]) -> None:
         """Take over the pulls, evidence and seen behaviours of a saved state (priors stay as configured)."""
@@ -148,6 +169,11 @@ class Scheduler:
             state = self.arms.get(key) or ArmState(alpha0=float(_a0), beta0=float(_b0))
             state.alpha, state.beta, state.pulls, state.rewards = float(alpha), float(beta), int(pulls), int(rewards)
             self.arms[key] = state
+        for key, vals in (data.get("bins") or {}).items():
+            if key in self.bins:  # bins switched off on resume stay off
+                _a0, _b0, alpha, beta, pulls, rewards = vals
+                state = self.bins[key]
+                state.alpha, state.beta, state.pulls, state.rewards = float(alpha), float(beta), int(pulls), int(rewards)
         self.seen = set(data.get("seen") or ())
         self.covered_lines = int(data.get("covered_lines") or 0)
         if data.get("rng") is not None:

@@ -44,6 +44,12 @@ def _yield_table(rows: tuple[YieldRow, ...], what: str) -> list[str]:
                   [[r.key, r.tests, r.bugs, _pct(r.bug_rate), r.clusters, _pct(r.invalid_rate)] for r in rows])
 
 
+def _kept(counts: tuple[int, int] | None) -> str:
+    if not counts or not counts[1]:
+        return "-"
+    return f"{counts[0]} ({_pct(counts[0] / counts[1])})"
+
+
 def _compiler_section(view: CampaignView) -> list[str]:
     """The most frequent reasons Dynamo broke a graph or recompiled, over the torch.compile tests."""
     c = view.compiler
@@ -134,6 +140,13 @@ def render_summary(view: CampaignView) -> str:
 
     lines += ["", "## Yield per category", ""] + _yield_table(view.by_category, "category")
     lines += ["", "## Yield per target", ""] + _yield_table(view.by_target, "target")
+    if view.by_value_bin:
+        lines += ["", "## Yield per value bin", "",
+                  "The values each test ran on were drawn from a bin the scheduler picked (oracle/value_bins.py); "
+                  "'kept' counts the tests whose values still had the bin's property after value search.", ""]
+        lines += _table(["value bin", "tests", "kept", "bug verdicts", "bug rate", "clusters", "invalid"],
+                        [[r.key, r.tests, _kept(view.value_bin_kept.get(r.key)), r.bugs, _pct(r.bug_rate), r.clusters,
+                          _pct(r.invalid_rate)] for r in view.by_value_bin])
     if view.by_source:
         lines += ["", "## Yield per seed source", ""] + _yield_table(view.by_source, "source")
     if any(r.key != "(none)" for r in view.by_mutator):

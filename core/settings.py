@@ -50,6 +50,9 @@ class Settings(BaseSettings):
 
     # Value search.
     value_search_budget_ms: float = Field(VALUE_SEARCH_BUDGET_MS, ge=0)
+    # Campaigns draw each test's values from a value bin (all positive, ties, constant, ...;
+    # oracle/value_bins.py) picked by the scheduler; off: every test from the default draw.
+    value_bins: bool = True
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

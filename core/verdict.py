@@ -58,6 +58,9 @@ class Verdict:
     # the wrong value is a write to Python state the compiled run lost or changed (core/python_state.py):
     # "module attribute (int)", "global (container)"; None for outputs, inputs and tensors of the state dict
     side_effect: str | None = None
+    # the value bin whose property the test's values had ("positive", "ties", ...; "normal" when
+    # value search had to leave the bin it drew from; oracle/value_bins.py); None when unrecorded
+    value_bin: str | None = None
     detail: str = ""  # one human sentence
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

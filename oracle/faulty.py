@@ -69,6 +69,8 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
             os.abort()
         if fault == "chaos":
             _chaos(gm)
+        if fault == "amin_zero_init":
+            _amin_from_zero(gm)
         if not (triggered and fault == "perturb"):
             return make_boxed_func(gm.forward)
 
@@ -113,6 +115,16 @@ class FaultySegvBackend(FaultyBackend):
 
 
 @register_backend
+class FaultyAminZeroInitBackend(FaultyBackend):
+    """Integer `amin` whose accumulator starts at 0 instead of the dtype's maximum: wrong only on
+    rows whose every value is positive (the shape of a real Inductor bug in small-integer min/max
+    reductions), so only values drawn with one sign show it."""
+
+    name = "faulty_amin_zero_init"
+    fault = "amin_zero_init"
+
+
+@register_backend
 class FaultyChaosBackend(FaultyBackend):
     name = "faulty_chaos"
     fault = "chaos"
@@ -148,6 +160,21 @@ def chaos_mode(code: str) -> str:
     return CHAOS_MODES[int(hashlib.sha1(code.encode()).hexdigest(), 16) % len(CHAOS_MODES)]
 
 
+def _amin_from_zero(gm: Any) -> None:
+    """Rewrite every integer `aten.amin` of the graph into `min(amin, 0)`."""
+    import torch
+
+    graph = gm.graph
+    for node in list(graph.nodes):
+        val = node.meta.get("val")
+        if (node.op == "call_function" and str(node.target).startswith("aten.amin")
+                and isinstance(val, torch.Tensor) and not val.is_floating_point() and val.dtype != torch.bool):
+            with graph.inserting_after(node):
+                wrong = graph.call_function(torch.ops.aten.clamp_max.default, (node, 0))
+            node.replace_all_uses_with(wrong, delete_user_cb=lambda user: user is not wrong)
+    gm.recompile()
+
+
 def _chaos(gm: Any) -> None:
     import signal
     import subprocess
@@ -174,5 +201,6 @@ for _name, _doc in (("faulty_perturb", "test-only: wrong output from a planted f
                     ("faulty_crash", "test-only: RuntimeError from a planted fake lowering"),
                     ("faulty_segv", "test-only: os.abort() in a planted fake compiler"),
                     ("faulty_chaos", "test-only: kills its worker a different way per graph (bench/flood.py)"),
-                    ("faulty_lost_write", "test-only: writes to int module attributes are lost")):
+                    ("faulty_lost_write", "test-only: writes to int module attributes are lost"),
+                    ("faulty_amin_zero_init", "test-only: integer amin starts from 0 (wrong on all-positive rows)")):
     register_target(TargetSpec(_name, ("dynamo", _name), hidden=True, default_param="op", doc=_doc))

@@ -515,7 +515,7 @@ def _run_case(payload: dict[str, Any]) -> dict[str, Any]:
     seed = int(payload.get("seed", 0))
     steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
     result: dict[str, Any] = {"status": "ok", "reason": None, "exc_type": None, "exc_message": None, "frames": [],
-                              "inputs_pt": None, "state_pt": None, "search": None, "reference": None,
+                              "inputs_pt": None, "state_pt": None, "search": None, "values": None, "reference": None,
                               "verdicts": [], "rungs": {}, "dynamo": {}, "timings": {}}
     prog = Program(source=payload["program"], inputs=(), state_dict={}, steps=steps, seed=seed)
     try:
@@ -566,14 +566,21 @@ def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, An
     inputs = tuple(made)
     search_wanted = payload.get("search", True) and given_inputs is None
     if search_wanted:
+        from nnforge.oracle.value_bins import NORMAL, apply_family, plan_holds
         from nnforge.oracle.value_search import ValueSearch
 
+        family = str(payload.get("value_bin") or NORMAL)
         try:
-            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", VALUE_SEARCH_BUDGET_MS)), seed=prog.seed).run(model, inputs)
+            inputs, plan = apply_family(family, model, inputs, prog.seed)
+            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", VALUE_SEARCH_BUDGET_MS)),
+                              seed=prog.seed).run(model, inputs, plan=plan)
             inputs = tuple(res.inputs)
             if res.state_dict:
                 model.load_state_dict(res.state_dict)
             result["search"] = res.to_json()
+            holds = plan_holds(plan, model, inputs)
+            result["values"] = {"bin": family, "leaves": plan.leaves(), "kept": res.bins_kept and all(holds.values()),
+                                "holds": holds}
         except Exception as e:
             result["search"] = {"success": False, "error": f"{type(e).__name__}: {e}"}
     prog.inputs = inputs

@@ -83,8 +83,14 @@ class Oracle:
             chosen = case.with_(inputs=tuple(load_values(res["inputs_pt"])), state_dict=dict(load_values(res["state_pt"])))
         except (ValueError, TypeError) as e:  # wire.WireError is a ValueError
             return self._all_invalid(case, f"protocol error: the worker's values do not decode: {e}")
+        values = values_record(res.get("values"))
+        if values is not None:  # which value bin the chosen values came from, kept with them
+            chosen = chosen.with_(meta={**chosen.meta, "values": values})
         fixed = {**base, "inputs_pt": res["inputs_pt"], "state_pt": res["state_pt"], "search": False}
         checked = [self._check_target(fixed, t, covered) for t in self.targets]
+        bin_used = value_bin_of(chosen)
+        if bin_used is not None:
+            checked = [(replace(v, value_bin=bin_used), d) for v, d in checked]
         return CaseResult(case=chosen, verdicts=tuple(v for v, _ in checked), search=res.get("search"),
                           reference=res.get("reference"), values_chosen=case.inputs is None,
                           timings=dict(res.get("timings", {})),
@@ -93,7 +99,9 @@ class Oracle:
 
     # -- internals ------------------------------------------------------------------------------
     def _payload(self, case: TestCase) -> dict[str, Any]:
+        wanted = case.meta.get("value_bin") if case.inputs is None else None
         return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
+                "value_bin": wanted if isinstance(wanted, str) else None,
                 "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
                 "coverage": self.coverage}
 
@@ -166,6 +174,27 @@ class Oracle:
         verdicts = tuple(Verdict(target=t, symptom=Symptom.INVALID, exc_type=exc_type, exc_message=exc_message,
                                  frames=fr, detail=reason) for t in self.targets)
         return CaseResult(case=case, verdicts=verdicts, search=search, invalid_reason=reason)
+
+
+def values_record(raw: Any) -> dict[str, Any] | None:
+    """The worker's account of the value bin it drew from, checked for shape (it is data from a
+    worker, and a program can forge replies); None when there is none or it is malformed."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("bin"), str) or not isinstance(raw.get("kept"), bool):
+        return None
+    leaves = raw.get("leaves") if isinstance(raw.get("leaves"), dict) else {}
+    holds = raw.get("holds") if isinstance(raw.get("holds"), dict) else {}
+    return {"bin": raw["bin"][:40], "kept": raw["kept"],
+            "leaves": {str(k)[:80]: str(v)[:40] for k, v in list(leaves.items())[:64]},
+            "holds": {str(k)[:80]: bool(v) for k, v in list(holds.items())[:64]}}
+
+
+def value_bin_of(case: TestCase) -> str | None:
+    """The value bin whose property a case's values have: its family when value search kept to
+    it, "normal" when it had to leave it, None when the case records none."""
+    rec = case.meta.get("values")
+    if not isinstance(rec, dict) or not isinstance(rec.get("bin"), str):
+        return None
+    return rec["bin"] if rec.get("kept") else "normal"
 
 
 def job_reply_problem(value: Any, *, targets: int) -> str | None:

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -79,6 +79,9 @@ INTEGER_PROXY = {
 }
 
 __all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call", "diagnose", "FAILURE_CLASSES"]
+
+# A search with value bins keeps to them for this share of its budget before it gives them up.
+BIN_BUDGET_SHARE = 0.6
 
 # Ranges tried, in order, when values are resampled instead of descended.
 SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
@@ -109,6 +112,8 @@ class SearchResult:
     method: str  # "none" | "gradient" | "sampling"
     # On failure, why the last culprit resisted (one of FAILURE_CLASSES); None on success.
     failure: str | None = None
+    # False when the values had to leave their bins (the plan's) to become finite
+    bins_kept: bool = True
 
     def to_json(self) -> dict:
         """The scalar fields (the tensors are saved separately, as inputs.pt/state_dict.pt)."""
@@ -120,6 +125,7 @@ class SearchResult:
             "initially_finite": self.initially_finite,
             "method": self.method,
             "failure": self.failure,
+            "bins_kept": self.bins_kept,
         }
 
     @classmethod
@@ -711,6 +717,7 @@ class _Slot:
     flat_index: int = -1  # position among the flattened inputs; -1 for parameters
     bounds: tuple[int, int] | None = None  # integer input: the range its values are drawn from
     reach: tuple[int, int] | None = None  # integer input: the range a gradient may move them in
+    bin: Any = None  # the ValueBin whose property the values keep (oracle/value_bins.py), if any
 
     def shadow(self) -> torch.Tensor:
         """An integer input's float stand-in: equal to its values, with the master's gradient
@@ -753,16 +760,34 @@ class ValueSearch:
         self.patience = patience
         self.max_descent = max_descent  # gradient steps from one start before resampling
 
-    def run(self, model: torch.nn.Module, inputs: tuple) -> SearchResult:
+    def run(self, model: torch.nn.Module, inputs: tuple, plan: Any = None) -> SearchResult:
+        """`plan` (oracle/value_bins.ValuePlan): the bins whose properties the values keep while
+        they are repaired. When no values inside them make the program finite, in
+        `BIN_BUDGET_SHARE` of the budget, the search goes on without them for the rest (from the
+        same start) and `SearchResult.bins_kept` is False."""
         start = time.perf_counter()
+        binned = plan is not None and any(b.constrains for b in (*plan.inputs.values(), *plan.params.values()))
+        if not binned:
+            with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
+                return _Run(self, model, tuple(inputs), start, plan).execute()
+        inside = ValueSearch(self.budget_ms * BIN_BUDGET_SHARE, self.max_iters, self.seed, self.lr, self.patience,
+                             self.max_descent)
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
-            return _Run(self, model, tuple(inputs), start).execute()
+            res = _Run(inside, model, tuple(inputs), start, plan).execute()
+        if res.success or res.failure == "program raises" and res.iterations == 0:
+            return res
+        rest = ValueSearch(max(self.budget_ms - res.elapsed_ms, self.budget_ms * (1 - BIN_BUDGET_SHARE)),
+                           self.max_iters, self.seed, self.lr, self.patience, self.max_descent)
+        with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
+            wider = _Run(rest, model, tuple(inputs), start, None).execute()
+        return replace(wider, bins_kept=False, iterations=res.iterations + wider.iterations)
 
 
 class _Run:
     """State of one search; lives for one `ValueSearch.run` call."""
 
-    def __init__(self, cfg: ValueSearch, model: torch.nn.Module, inputs: tuple, start: float) -> None:
+    def __init__(self, cfg: ValueSearch, model: torch.nn.Module, inputs: tuple, start: float,
+                 plan: Any = None) -> None:
         self.cfg = cfg
         self.model = model
         self.inputs = inputs
@@ -786,10 +811,12 @@ class _Run:
                 with torch.no_grad():
                     work.copy_(x.detach())
                 work.requires_grad_(True)
-                self.slots.append(_Slot(work, _master(work), False, i))
+                b = _constraint(plan.inputs.get(i) if plan is not None else None)
+                self.slots.append(_Slot(work, _master(work, free=b is not None), False, i, bin=b))
                 self.values[i] = work
             elif x.dtype == torch.bool and x.numel():
-                self.bool_inputs.append(i)
+                if plan is None or plan.inputs.get(i) is None or plan.inputs[i].name == "normal":
+                    self.bool_inputs.append(i)  # (a binned mask keeps its density: never resampled)
             elif not (x.is_floating_point() or x.is_complex()) and x.numel() and _dense(x):
                 # Integers are optimised through a float master rounded into the original range;
                 # the program sees integers, the operators a straight-through float shadow.
@@ -800,15 +827,17 @@ class _Run:
                 work = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                 work.copy_(x)
                 master = x.detach().to(torch.float32).requires_grad_(True)
-                self.slots.append(_Slot(work, master, False, i, bounds=_int_bounds(x), reach=_int_reach(x)))
+                self.slots.append(_Slot(work, master, False, i, bounds=_int_bounds(x), reach=_int_reach(x),
+                                        bin=_constraint(plan.inputs.get(i) if plan is not None else None)))
                 self.values[i] = work
         self.params: list[tuple[torch.nn.Parameter, torch.Tensor, bool, Any]] = []
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.is_floating_point() and _dense(p):
                 self.params.append((p, p.detach().clone(), p.requires_grad, p.grad))
                 p.requires_grad_(True)
                 p.grad = None
-                self.slots.append(_Slot(p, _master(p), True))
+                b = _constraint(plan.params.get(name) if plan is not None else None)
+                self.slots.append(_Slot(p, _master(p, free=b is not None), True, bin=b))
         self.float_slots = any(s.bounds is None for s in self.slots)  # (integer steps stay short)
         self.int_slots = {i: s for s in self.slots if s.bounds is not None
                           for i, v in enumerate(self.values) if v is s.work}
@@ -916,10 +945,15 @@ class _Run:
     def _sync(self) -> None:
         with torch.no_grad():
             for s in self.slots:
+                if s.bin is not None and s.bin.bounds_master:
+                    s.master.copy_(s.bin.project(s.master))
                 if s.bounds is not None:
                     lo, hi = s.reach
                     s.master.clamp_(lo - 0.49, hi + 0.49)
-                    s.work.copy_(s.master.round())
+                    rounded = s.master.round()
+                    s.work.copy_(rounded if s.bin is None else s.bin.project(rounded).round())
+                elif s.bin is not None:  # the program sees the values in their bin, Adam moves the master
+                    s.work.copy_(s.bin.project(s.master))
                 elif s.master is not s.work:
                     s.work.copy_(s.master)
                 s.master.grad = None
@@ -946,7 +980,7 @@ class _Run:
                     fresh = self._draw_ints(s, self.samples)
                 else:
                     fresh = torch.empty(s.master.shape, dtype=s.master.dtype).uniform_(lo, hi, generator=self.gen)
-                s.master.copy_(fresh)
+                s.master.copy_(fresh if s.bin is None else s.bin.into_bin(fresh))
             for i in self.bool_inputs:
                 old = self.values[i]
                 # Masks: half set, all set, none set, mostly set.
@@ -1398,10 +1432,19 @@ def _dense(x: torch.Tensor) -> bool:
     return x.numel() == 0 or all(st != 0 or sz == 1 for sz, st in zip(x.shape, x.stride()))
 
 
-def _master(work: torch.Tensor) -> torch.Tensor:
-    if work.dtype in (torch.float32, torch.float64):
+def _master(work: torch.Tensor, free: bool = False) -> torch.Tensor:
+    """What Adam moves for a float slot: the tensor itself, unless it is low precision or its
+    values are projected into a bin (`free`), when the program sees them rounded or projected."""
+    if work.dtype in (torch.float32, torch.float64) and not free:
         return work
+    if work.dtype == torch.float64:
+        return work.detach().clone().requires_grad_(True)
     return work.detach().float().requires_grad_(True)
+
+
+def _constraint(b: Any) -> Any:
+    """The bin a slot must keep to: only bins that constrain (oracle/value_bins.py)."""
+    return b if b is not None and b.constrains else None
 
 
 def _total(loss: torch.Tensor | None, hinges: list[torch.Tensor]) -> torch.Tensor | None:

@@ -281,6 +281,31 @@ def observed_section(verdict: Verdict) -> str:
     return "\n\n".join(out)
 
 
+def values_line(case: TestCase, verdict: Verdict) -> str | None:
+    """What the values the repro runs on have in common that a bug may need ('input 0 (int32,
+    4x16): all positive'), read from the values themselves; None when nothing stands out."""
+    from nnforge.oracle.value_bins import NORMAL, describe_tensor
+
+    import torch
+
+    parts = []
+    for i, x in enumerate(case.inputs or ()):
+        said = describe_tensor(x) if isinstance(x, torch.Tensor) else []
+        if said:
+            dims = "x".join(str(d) for d in x.shape)
+            parts.append(f"input {i} ({str(x.dtype).replace('torch.', '')}, {dims}): {', '.join(said)}")
+    for name, t in (case.state_dict or {}).items():
+        said = describe_tensor(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else []
+        if said:
+            parts.append(f"`{name}`: {', '.join(said)}")
+    if not parts:
+        return None
+    bin_name = verdict.value_bin
+    drawn = (f" (NNForge drew them from its value bin `{bin_name}`; the bug may need them so)"
+             if bin_name and bin_name != NORMAL else "")
+    return "The values it runs on, as embedded in `repro.py`" + drawn + ": " + "; ".join(parts) + "."
+
+
 def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Signature | None = None,
                  cluster_id: str | None = None, count: int = 1, reduction: dict[str, Any] | None = None,
                  repro_output: str | None = None, llm_title: str | None = None, hypothesis: str | None = None,
@@ -335,6 +360,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
     ] + ([f"Root-cause hypothesis (written by an LLM, not verified): {hypothesis}"] if hypothesis else []) + [
         "The program" + (f" ({size})" if size else "") + ":",
         program_block,
+    ] + ([values] if (values := values_line(case, verdict)) else []) + [
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
         repro_block,
         "### Error logs",
