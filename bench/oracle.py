@@ -11,6 +11,7 @@ the generator hangs or fails on (listed, with the error on stderr). The search b
 defaults to the product's (core/limits.py).
 
     .venv/bin/python bench/oracle.py --count 300
+    .venv/bin/python bench/oracle.py --count 320 --value-bins all   # programs spread over every value bin
     .venv/bin/python bench/oracle.py --count 200 --nnsmith
 """
 
@@ -84,8 +85,10 @@ def classify_failure(pool: WorkerPool, program: str, search: dict | None) -> tup
 
 
 def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int, diagnose: bool = True,
-            dump: Path | None = None) -> dict:
+            dump: Path | None = None, families: list[str] | None = None) -> dict:
+    """`families`: value bins (oracle/value_bins.py) the programs take in turn; None: no bins."""
     searched = success = needed = needed_ok = crashed = invalid = 0
+    per_bin: dict[str, list[int]] = {}  # bin -> [programs searched, all finite, property kept]
     times: list[float] = []
     culprits: dict[str, int] = {}
     failures: dict[str, dict[str, int]] = {}
@@ -94,7 +97,8 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     for k, (seed, program, calls) in enumerate(programs(nodes, count, seed0, hung, broken)):
         if k and k % 50 == 0:
             print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
-        out = pool.call(JOB, {"program": program, "calls": calls, "targets": [],
+        family = families[k % len(families)] if families else None
+        out = pool.call(JOB, {"program": program, "calls": calls, "targets": [], "value_bin": family,
                               "search": True, "search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
             crashed += 1
@@ -108,6 +112,11 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
         searched += 1
         ok = bool(s and s["success"])
         success += ok
+        if family is not None:
+            row = per_bin.setdefault(family, [0, 0, 0])
+            row[0] += 1
+            row[1] += ok
+            row[2] += bool(ok and (out.value.get("values") or {}).get("kept"))
         times.append(s["elapsed_ms"] if s else 0.0)
         if s and not s["initially_finite"]:
             needed += 1
@@ -125,7 +134,8 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     return {"nodes": nodes, "searched": searched, "success": success, "needed": needed, "needed_ok": needed_ok,
             "crashed": crashed, "invalid": invalid, "generator_hung": hung, "generator_failed": broken, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
-            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures}
+            "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures,
+            "per_bin": per_bin}
 
 
 def main() -> None:
@@ -140,9 +150,15 @@ def main() -> None:
     ap.add_argument("--no-diagnose", action="store_true",
                     help="skip the failure breakdown (it reruns each failed program on 24 random draws)")
     ap.add_argument("--dump", type=Path, default=None, metavar="DIR", help="write each failed program to DIR/n<nodes>_seed<seed>.py")
+    ap.add_argument("--value-bins", default="none", metavar="all|none|BIN,...",
+                    help="value bins the programs take in turn (oracle/value_bins.py); default none")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
+    from nnforge.oracle.value_bins import FAMILIES, check_family
+
+    families = (list(FAMILIES) if args.value_bins == "all" else None if args.value_bins == "none"
+                else [check_family(b) for b in args.value_bins.split(",")])
     rows = []
     # A campaign worker has imported torch._dynamo long before (every inductor rung needs it); the
     # first backward of some ops imports it too, a one-off second that is not the search's doing.
@@ -151,7 +167,8 @@ def main() -> None:
         pool.warmup()
         for n in args.nodes:
             t = time.perf_counter()
-            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose, args.dump),
+            rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose, args.dump,
+                                 families),
                          time.perf_counter() - t))
     hdr = f"{'nodes':>5} {'programs':>8} {'all finite':>11} {'needed search':>14} {'repaired':>9} {'median ms':>10} {'p90 ms':>8}"
     print(hdr)
@@ -164,6 +181,13 @@ def main() -> None:
         print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
               f"generator hung on seeds {r['generator_hung']}, failed on seeds {r['generator_failed']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
+    if families:
+        print(f"\nper value bin (programs take the bins in turn; 'kept': all finite with the bin's property kept):")
+        print(f"{'nodes':>5} {'bin':>9} {'programs':>8} {'all finite':>11} {'kept':>7}")
+        for r, _ in rows:
+            for b in families:
+                n, ok, kept = r["per_bin"].get(b, [0, 0, 0])
+                print(f"{r['nodes']:>5} {b:>9} {n:>8} {100 * ok / max(1, n):>10.1f}% {100 * kept / max(1, n):>6.1f}%")
     if any(r["failures"] for r, _ in rows):
         print("\nfailure breakdown (class: programs; top operators):")
         for r, _ in rows:

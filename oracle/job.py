@@ -450,28 +450,57 @@ def run_target(prog: Program, ref: Reference, target_text: str, *, stop_at_first
         return Verdict(target=target.name, symptom=Symptom.INVALID, versions=versions,
                        detail="the program draws random numbers; only torch.compile shares eager's RNG"), [], None
     outcomes: list[RungOutcome] = []
-    dynamo: DynamoRecord | None = None
-    multi_call = len(prog.steps) > 1
-    for backend in target.ladder(only_rungs):
-        if not backend.available():
-            outcomes.append(RungOutcome(backend.name, skipped=f"{backend.name} is not installed"))
-            continue
-        versions[backend.name] = backend.version()
-        announce_rung(target_text, backend.name)
-        if getattr(backend, "records_dynamo", False):
-            with DynamoRecorder() as recorder:  # per run: clears Dynamo's global counters first
-                outcome = run_rung(prog, ref, backend)
-            dynamo = recorder.record if dynamo is None else dynamo.merged(recorder.record)
+    records: list[DynamoRecord] = []
+    ladder = target.ladder(only_rungs)
+    top: RungOutcome | None = None
+    if stop_at_first and only_rungs is None and top_rung_first(target.spec.family, len(ladder)):
+        # The system under test first: when it agrees with eager, the lower rungs have nothing
+        # to blame and are not run; when it disagrees, they run cheapest first as before, and
+        # its own outcome stands if none of them disagrees.
+        top = _one_rung(prog, ref, target_text, ladder[-1], versions, records)
+        if not top.failed:
+            ladder = []
+            outcomes.append(top)
         else:
-            outcome = run_rung(prog, ref, backend)
-        if backend.stateful and multi_call and outcome.symptom is not Symptom.INVALID and outcome.skipped is None:
-            outcome = _with_reset_run(prog, ref, backend, outcome)
+            ladder = ladder[:-1]
+    for backend in ladder:
+        outcome = _one_rung(prog, ref, target_text, backend, versions, records)
         outcomes.append(outcome)
         if outcome.failed and stop_at_first:
             break
+    if top is not None and top.failed and not any(o.failed for o in outcomes):
+        outcomes.append(top)
+    dynamo: DynamoRecord | None = None
+    for record in records:
+        dynamo = record if dynamo is None else dynamo.merged(record)
     verdict = blame(target.name, outcomes, versions=versions, extra_timings={"reference_s": round(ref.elapsed_s, 4)},
                     gates=target.spec.gate_rungs)
     return verdict, outcomes, dynamo
+
+
+def top_rung_first(family: str, rungs: int) -> bool:
+    """Whether a target's ladder starts at its top rung (torch.compile's: the lower rungs are
+    cheaper and only blame; an ONNX target's first rung is the export gate, needed anyway)."""
+    return family != "onnx" and rungs > 1
+
+
+def _one_rung(prog: Program, ref: Reference, target_text: str, backend: Backend, versions: dict[str, str],
+              records: list[DynamoRecord]) -> RungOutcome:
+    """One rung's outcome (with the cache-reset run of a stateful case), its version noted in
+    `versions` and what Dynamo recorded in `records`."""
+    if not backend.available():
+        return RungOutcome(backend.name, skipped=f"{backend.name} is not installed")
+    versions[backend.name] = backend.version()
+    announce_rung(target_text, backend.name)
+    if getattr(backend, "records_dynamo", False):
+        with DynamoRecorder() as recorder:  # per run: clears Dynamo's global counters first
+            outcome = run_rung(prog, ref, backend)
+        records.append(recorder.record)
+    else:
+        outcome = run_rung(prog, ref, backend)
+    if backend.stateful and len(prog.steps) > 1 and outcome.symptom is not Symptom.INVALID and outcome.skipped is None:
+        outcome = _with_reset_run(prog, ref, backend, outcome)
+    return outcome
 
 
 def _with_reset_run(prog: Program, ref: Reference, backend: Backend, retained: RungOutcome) -> RungOutcome:

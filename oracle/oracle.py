@@ -30,7 +30,7 @@ from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Frame, Symptom, Verdict
 from nnforge.oracle.backend import parse_target
 from nnforge.oracle.blame import blame_death
-from nnforge.oracle.job import rung_in_flight
+from nnforge.oracle.job import rung_in_flight, top_rung_first
 
 JOB = "nnforge.oracle.job:run_case"
 _DEATHS = {"segfault": Symptom.SEGFAULT, "timeout": Symptom.TIMEOUT, "oom": Symptom.OOM}
@@ -128,12 +128,19 @@ class Oracle:
     def _dead_target(self, payload: dict[str, Any], target: str, out: Any) -> Verdict:
         verdict = self._death_verdict(target, out)
         in_flight = rung_in_flight(out.output_tail or "", target)
-        if in_flight is not None:
+        spec = parse_target(target).spec
+        probes = self.blame_deaths and (verdict.symptom is not Symptom.TIMEOUT or self.blame_timeouts)
+        if (probes and in_flight is not None and in_flight == spec.rungs[-1]
+                and top_rung_first(spec.family, len(spec.rungs))):
+            # The top rung runs first, so the rungs below it have not been asked: each runs alone,
+            # cheapest first; the first that fails is guilty, else the top rung is.
+            verdict = self._blame_death(payload, target, verdict, spec.rungs[:-1], otherwise=in_flight)
+            in_flight = None
+        elif in_flight is not None:
             verdict = replace(verdict, rung=in_flight, detail=f"{verdict.detail}; rung in flight: {in_flight}")
-        elif verdict.symptom in _DEATHS.values() and self.blame_deaths and (
-                verdict.symptom is not Symptom.TIMEOUT or self.blame_timeouts):
-            verdict = self._blame_death(payload, target, verdict)
-        if verdict.rung in parse_target(target).spec.gate_rungs:  # it died in front of the target: not its bug
+        elif verdict.symptom in _DEATHS.values() and probes:
+            verdict = self._blame_death(payload, target, verdict, spec.rungs)
+        if verdict.rung in spec.gate_rungs:  # it died in front of the target: not its bug
             verdict = replace(verdict, symptom=Symptom.INVALID,
                               detail=f"not exportable: the worker died in {verdict.rung}: {verdict.detail}")
         return verdict
@@ -153,9 +160,12 @@ class Oracle:
         return Verdict(target=target, symptom=symptom, exc_type=out.exc_type or out.signal, exc_message=out.exc_message,
                        frames=frames, detail=detail, timings={"elapsed_s": round(out.elapsed_s, 3)})
 
-    def _blame_death(self, payload: dict[str, Any], target: str, verdict: Verdict) -> Verdict:
+    def _blame_death(self, payload: dict[str, Any], target: str, verdict: Verdict, rungs: Any,
+                     otherwise: str | None = None) -> Verdict:
+        """`otherwise`: the rung known to have died (named by the worker's log), blamed when none
+        of `rungs` (those below it) fails alone."""
         probes = []
-        for rung in parse_target(target).spec.rungs:
+        for rung in rungs:
             out = self.pool.call(JOB, {**payload, "targets": [target], "rungs": {target: [rung]}}, timeout_s=self.timeout_s)
             if out.ok:
                 v = out.value["verdicts"][0] if out.value["status"] == "ok" else None
@@ -165,6 +175,9 @@ class Oracle:
             probes.append((rung, symptom))
             if symptom.is_bug:
                 break
+        if otherwise is not None and not any(sym.is_bug for _, sym in probes):
+            below = f"; the rungs below it pass alone ({', '.join(r for r, _ in probes)})" if probes else ""
+            return replace(verdict, rung=otherwise, detail=f"{verdict.detail}; rung in flight: {otherwise}{below}")
         return blame_death(verdict, probes)
 
     def _all_invalid(self, case: TestCase, reason: str, *, exc_type: str | None = None, exc_message: str | None = None,

@@ -313,6 +313,22 @@ class ValuePlan:
     family: str
     inputs: dict[int, ValueBin] = field(default_factory=dict)
     params: dict[str, ValueBin] = field(default_factory=dict)
+    # the values before the bin's draw: where value search starts again when it cannot make the
+    # program finite from the bin's values (the program's own make_inputs() and weights)
+    original_inputs: tuple = ()
+    original_params: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def binned(self) -> bool:
+        return bool(self.inputs or self.params)
+
+    def restore_originals(self, model: torch.nn.Module) -> tuple:
+        """Put the program's own weights back; its own inputs are returned."""
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in self.original_params.items():
+                params[name].copy_(value)
+        return self.original_inputs
 
     def leaves(self) -> dict[str, str]:
         """Leaf -> bin name, for the record (`input 0`, `param w3`); normal leaves left out."""
@@ -335,7 +351,7 @@ def apply_family(family: str, model: torch.nn.Module, inputs: tuple, seed: int) 
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
     check_family(family)
-    plan = ValuePlan(family)
+    plan = ValuePlan(family, original_inputs=tuple(inputs))
     if family == NORMAL:
         return tuple(inputs), plan
     rng = random.Random(f"{seed}:{family}")
@@ -357,6 +373,7 @@ def apply_family(family: str, model: torch.nn.Module, inputs: tuple, seed: int) 
             flat[key] = fresh.requires_grad_(t.requires_grad) if fresh.is_floating_point() else fresh
         else:
             plan.params[key] = b
+            plan.original_params[key] = t.detach().clone()
             with torch.no_grad():
                 t.copy_(fresh)
     return tuple(tree_unflatten(flat, spec)), plan

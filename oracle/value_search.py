@@ -761,26 +761,29 @@ class ValueSearch:
         self.max_descent = max_descent  # gradient steps from one start before resampling
 
     def run(self, model: torch.nn.Module, inputs: tuple, plan: Any = None) -> SearchResult:
-        """`plan` (oracle/value_bins.ValuePlan): the bins whose properties the values keep while
-        they are repaired. When no values inside them make the program finite, in
-        `BIN_BUDGET_SHARE` of the budget, the search goes on without them for the rest (from the
-        same start) and `SearchResult.bins_kept` is False."""
+        """`plan` (oracle/value_bins.ValuePlan): the bins the values were drawn from, whose
+        properties they keep while they are repaired. When no values inside them make the
+        program finite within `BIN_BUDGET_SHARE` of the budget, the search starts again from the
+        program's own values, unconstrained, with a whole budget of its own, and
+        `SearchResult.bins_kept` is False: a bin never costs a test its finiteness."""
         start = time.perf_counter()
-        binned = plan is not None and any(b.constrains for b in (*plan.inputs.values(), *plan.params.values()))
-        if not binned:
+        if plan is None or not plan.binned:
             with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
                 return _Run(self, model, tuple(inputs), start, plan).execute()
-        inside = ValueSearch(self.budget_ms * BIN_BUDGET_SHARE, self.max_iters, self.seed, self.lr, self.patience,
-                             self.max_descent)
+        inside = replace_budget(self, self.budget_ms * BIN_BUDGET_SHARE)
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
             res = _Run(inside, model, tuple(inputs), start, plan).execute()
-        if res.success or res.failure == "program raises" and res.iterations == 0:
+        if res.success:
             return res
-        rest = ValueSearch(max(self.budget_ms - res.elapsed_ms, self.budget_ms * (1 - BIN_BUDGET_SHARE)),
-                           self.max_iters, self.seed, self.lr, self.patience, self.max_descent)
+        own = plan.restore_originals(model)
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
-            wider = _Run(rest, model, tuple(inputs), start, None).execute()
-        return replace(wider, bins_kept=False, iterations=res.iterations + wider.iterations)
+            wider = _Run(self, model, tuple(own), time.perf_counter(), None).execute()
+        return replace(wider, bins_kept=False, iterations=res.iterations + wider.iterations,
+                       elapsed_ms=(time.perf_counter() - start) * 1000.0)
+
+
+def replace_budget(cfg: ValueSearch, budget_ms: float) -> ValueSearch:
+    return ValueSearch(budget_ms, cfg.max_iters, cfg.seed, cfg.lr, cfg.patience, cfg.max_descent)
 
 
 class _Run:

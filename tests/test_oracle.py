@@ -171,3 +171,13 @@ def test_unsorted_topk_is_compared_as_the_set_it_is():
     with TieRecorder() as rec:
         ordered = torch.topk(x, 3, sorted=True)
     assert not compare_outputs(tuple(ordered), (ordered[0].flip(-1), ordered[1]), tie_masks=rec.masks_for(tuple(ordered))).ok
+
+
+def test_a_passing_top_rung_is_the_only_rung_run_and_a_failing_one_is_blamed_by_the_ladder(pool):
+    ok = Oracle(pool, ["aot_eager"]).check(TestCase(program=SMALL)).verdicts[0]
+    assert ok.symptom is Symptom.PASS
+    assert {k for k in ok.timings if k != "reference_s"} == {"aot_autograd_s"}, ok.timings  # Dynamo alone never ran
+    bad = Oracle(pool, ["faulty_perturb"]).check(TestCase(program=SMALL)).verdicts[0]
+    assert bad.symptom is Symptom.MISMATCH and bad.rung == "faulty_perturb"
+    assert "dynamo: pass" in bad.detail and {"dynamo_s", "faulty_perturb_s"} <= set(bad.timings)
+    assert bad.detail.index("dynamo") < bad.detail.index("faulty_perturb:")  # the trail reads cheapest first
