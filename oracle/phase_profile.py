@@ -1,0 +1,97 @@
+"""Where one test's seconds go: a worker job that times each phase of a test (bench/profile.py).
+
+A test is value search, the eager reference (with its float64 run), and per rung of the target's
+ladder a compile and a run and a comparison. torch.compile's own timers
+(`torch._dynamo.utils.compilation_time_metrics`, seconds per instrumented function, nested)
+split a rung's compile into Dynamo's tracing, AOTAutograd, Inductor's lowering and code
+generation, the C++ compiler and loading the result; what the rung took beyond its compile is
+running the compiled code and comparing it with eager (every call of the sequence, and for a
+stateful case the second, cache-reset run).
+
+The timers nest (a C++ compile happens inside code generation and inside loading), so each
+phase is the outer timer less the inner ones it contains; a phase a rung lacks is 0.
+
+Worker entry point: `nnforge.oracle.phase_profile:profile_case`; payload as `job.run_case`'s
+(program, calls, seed, value_bin, search_budget_ms) plus `target`; each rung runs in its own
+`run_case` on the values the first one chose.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from nnforge.oracle.backend import parse_target
+from nnforge.oracle.job import run_case
+
+PHASES = ("value search", "reference", "dynamo", "aot_autograd", "inductor lowering", "inductor codegen",
+          "c++ compile", "loading", "run and compare")
+
+# timer names of torch 2.x (torch._dynamo.utils.compilation_time_metrics)
+_COMPILE = "_compile.compile_inner"
+_USER_COMPILER = "OutputGraph.call_user_compiler"
+_AOT = "create_aot_dispatcher_function"
+_INDUCTOR = "compile_fx_inner"
+_CODEGEN = "GraphLowering.codegen"
+_CPP = "compile_file"
+_LOAD = "PyCodeCache.load_by_key_path"
+_ASYNC_WAIT = "async_compile.wait"
+
+
+def _metrics() -> dict[str, float]:
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return {k: float(sum(v)) for k, v in compilation_time_metrics.items()}
+
+
+def split_compile(delta: dict[str, float], rung_s: float) -> dict[str, float]:
+    """A rung's seconds by phase, from the growth of torch's compile timers over its run."""
+    g = lambda name: max(0.0, delta.get(name, 0.0))  # noqa: E731
+    compile_s = min(g(_COMPILE), rung_s)
+    backend_s = min(g(_USER_COMPILER), compile_s)
+    inductor_s = min(g(_INDUCTOR), backend_s)
+    cpp_s = min(g(_CPP), inductor_s)
+    codegen_s = max(0.0, min(g(_CODEGEN), inductor_s) - cpp_s)
+    load_s = max(0.0, min(g(_LOAD) + g(_ASYNC_WAIT), inductor_s) - max(0.0, cpp_s - min(g(_CODEGEN), cpp_s)))
+    lowering_s = max(0.0, inductor_s - cpp_s - codegen_s - load_s)
+    return {
+        "dynamo": compile_s - backend_s,
+        "aot_autograd": max(0.0, backend_s - inductor_s),
+        "inductor lowering": lowering_s,
+        "inductor codegen": codegen_s,
+        "c++ compile": cpp_s,
+        "loading": load_s,
+        "run and compare": max(0.0, rung_s - compile_s),
+    }
+
+
+def profile_case(payload: dict[str, Any]) -> dict[str, Any]:
+    """{"phases": {phase: seconds}, "rungs": {rung: seconds}, "symptom": str} for one test on
+    `payload["target"]`, every rung run (as the ladder would when the top rung disagrees)."""
+    target = str(payload["target"])
+    first = run_case({**payload, "targets": [], "search": True})
+    if first["status"] != "ok":
+        return {"status": "invalid", "reason": first.get("reason")}
+    phases = dict.fromkeys(PHASES, 0.0)
+    phases["value search"] = float(first["timings"].get("prepare_s", 0.0))
+    phases["reference"] = float(first["timings"].get("reference_s", 0.0))
+    fixed = {**payload, "inputs_pt": first["inputs_pt"], "state_pt": first["state_pt"], "search": False}
+    rungs: dict[str, float] = {}
+    symptom = "pass"
+    for rung in parse_target(target).spec.rungs:
+        before = _metrics()
+        t0 = time.perf_counter()
+        out = run_case({**fixed, "targets": [target], "rungs": {target: [rung]}})
+        wall = time.perf_counter() - t0
+        ref_s = float(out["timings"].get("reference_s", 0.0))
+        rung_s = max(0.0, wall - ref_s - float(out["timings"].get("prepare_s", 0.0)))
+        after = _metrics()
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        for phase, s in split_compile(delta, rung_s).items():
+            phases[phase] += s
+        rungs[rung] = round(rung_s, 4)
+        if out["status"] == "ok" and out["verdicts"] and out["verdicts"][0]["symptom"] != "pass" and symptom == "pass":
+            symptom = out["verdicts"][0]["symptom"]
+    return {"status": "ok", "phases": {k: round(v, 4) for k, v in phases.items()}, "rungs": rungs, "symptom": symptom}
