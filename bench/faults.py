@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="folder for the campaigns (default: a temp folder)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-value-bins", dest="value_bins", action="store_false",
+                    help="campaigns draw every test's values the default way (value bins off)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of faults already judged under --out with the same budget and targets")
     ap.add_argument("--max-rerun", type=int, default=40,
