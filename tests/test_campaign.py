@@ -22,6 +22,7 @@ from nnforge.agent.campaign import parse_budget
 from nnforge.agent.cli import _register_commands, app
 from nnforge.agent.lock import CampaignLock, CampaignLocked
 from nnforge.agent.scheduler import SEED, Arm, Scheduler
+from nnforge.oracle.value_bins import FAMILIES
 
 _register_commands()
 runner = CliRunner()
@@ -158,6 +159,16 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert all((gb is None) == (t == "ort") for t, s, gb, _ in records if s == "pass")
     assert all(isinstance(json.loads(rc), list) for t, s, _, rc in records if t == "inductor" and s == "pass")
     assert "## Graph breaks and recompiles" in (out / "summary.md").read_text()
+    # value bins: every test drew its values from a bin the scheduler picked, recorded with it
+    bins = _query(out, "SELECT value_bin, value_bin_kept, folder FROM tests")
+    assert all(b in FAMILIES for b, _, _ in bins)
+    for b, kept, folder in bins:
+        meta_json = json.loads((Path(folder) / "meta.json").read_text())
+        assert meta_json["value_bin"] == b
+        if kept is not None:  # values were chosen: what the search did with the bin is recorded too
+            assert meta_json["values"]["bin"] == b and meta_json["values"]["kept"] == bool(kept)
+    assert "## Yield per value bin" in (out / "summary.md").read_text()
+    assert set(json.loads(meta["scheduler_state"])["bins"]) == set(FAMILIES)
 
 
 @pytest.mark.slow
