@@ -17,6 +17,7 @@ from nnforge.oracle.program_loader import load_program, unload_program
 from nnforge.oracle.value_bins import BINS, FAMILIES, NORMAL, apply_family, bin_for, describe_tensor, plan_holds
 from nnforge.oracle.value_search import ValueSearch
 from nnforge.triage.report import values_line
+from nnforge.triage.value_need import needs_its_values
 
 
 def _leaves(model: torch.nn.Module, inputs: tuple, plan) -> list[tuple[object, torch.Tensor]]:
@@ -131,6 +132,9 @@ def test_a_fault_on_all_positive_rows_is_found_with_value_bins_and_not_without(p
     assert found.case.meta["values"]["bin"] == "positive" and found.case.meta["values"]["kept"]
     line = values_line(found.case, v)
     assert line is not None and "all positive" in line and "`positive`" in line
+    # triage asks whether the bug needs such values: with a default draw the fault stays silent
+    assert needs_its_values(pool, found.case, v, timeout_s=60, value_search_budget_ms=200.0) is True
+    assert "did not show" in values_line(found.case, v, {"values_needed": True})
 
 
 def test_the_scheduler_learns_which_value_bin_pays_and_persists_it():

@@ -135,6 +135,12 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
             case, verdict = res.case, res.verdict
         log(f"finding {finding.finding_id}: {describe_reduction(res.before, res.after)}, "
             f"{res.queries} queries, {res.elapsed_s:.1f} s" + ("" if res.verified else " (not verified: kept the input)"))
+        from nnforge.triage.value_need import needs_its_values
+
+        needed = needs_its_values(pool, case, verdict, timeout_s=settings.worker_timeout_s,
+                                  value_search_budget_ms=settings.value_search_budget_ms)
+        if needed is not None:
+            summary["values_needed"] = needed
     reduced_dir = campaign_dir / REDUCED_SUBDIR / str(finding.finding_id)
     case.save(reduced_dir)
     (reduced_dir / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2, sort_keys=True, default=str))

@@ -281,9 +281,10 @@ def observed_section(verdict: Verdict) -> str:
     return "\n\n".join(out)
 
 
-def values_line(case: TestCase, verdict: Verdict) -> str | None:
+def values_line(case: TestCase, verdict: Verdict, reduction: dict[str, Any] | None = None) -> str | None:
     """What the values the repro runs on have in common that a bug may need ('input 0 (int32,
-    4x16): all positive'), read from the values themselves; None when nothing stands out."""
+    4x16): all positive'), read from the values themselves; None when nothing stands out.
+    `reduction["values_needed"]`: whether triage saw the bug go away with default values."""
     from nnforge.oracle.value_bins import NORMAL, describe_tensor
 
     import torch
@@ -301,9 +302,12 @@ def values_line(case: TestCase, verdict: Verdict) -> str | None:
     if not parts:
         return None
     bin_name = verdict.value_bin
-    drawn = (f" (NNForge drew them from its value bin `{bin_name}`; the bug may need them so)"
-             if bin_name and bin_name != NORMAL else "")
-    return "The values it runs on, as embedded in `repro.py`" + drawn + ": " + "; ".join(parts) + "."
+    drawn = (f" (NNForge drew them from its value bin `{bin_name}`)" if bin_name and bin_name != NORMAL else "")
+    needed = (reduction or {}).get("values_needed")
+    tail = {True: " With fresh values drawn the default way (N(0, 1), integers from [-8, 8]) the bug did not show "
+                  "in NNForge's rerun: it seems to need values like these.",
+            False: " The bug shows with values drawn the default way too."}.get(needed, "")
+    return "The values it runs on, as embedded in `repro.py`" + drawn + ": " + "; ".join(parts) + "." + tail
 
 
 def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Signature | None = None,
@@ -360,7 +364,7 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
     ] + ([f"Root-cause hypothesis (written by an LLM, not verified): {hypothesis}"] if hypothesis else []) + [
         "The program" + (f" ({size})" if size else "") + ":",
         program_block,
-    ] + ([values] if (values := values_line(case, verdict)) else []) + [
+    ] + ([values] if (values := values_line(case, verdict, reduction)) else []) + [
         "Standalone repro: `python repro.py` exits 1 while the bug is present and 0 once it is fixed.",
         repro_block,
         "### Error logs",
