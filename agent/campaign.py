@@ -107,6 +107,7 @@ class CampaignConfig:
     memory_mb: int = 6000
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
+    backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0
     report_every_s: float = 300.0
@@ -550,6 +551,9 @@ class Campaign:
                 self.exhausted.add(arm.key)
             return None
         self._dup_streak[arm.key] = 0
+        if (self.cfg.backward_share > 0 and not is_onnx_target(arm.target) and not any(c.backward for c in case.calls)
+                and self.rng.random() < self.cfg.backward_share):
+            case = case.with_(calls=tuple(replace(c, backward=True) for c in case.calls))
         family = self.scheduler.pick_bin() if case.inputs is None else None
         if family is not None:  # the worker draws the values from it (oracle/value_bins.py)
             case = case.with_(meta={**case.meta, "value_bin": family})

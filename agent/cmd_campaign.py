@@ -82,6 +82,9 @@ def campaign(
     plain: bool = typer.Option(False, "--plain", help="Plain log lines even on a terminal."),
     sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default: no network, no capabilities, "
                                                                    "parent unreadable) or basic (scrubbed env only)."),
+    backward_share: Optional[float] = typer.Option(None, "--backward-share",
+                                                   help="Share of torch.compile tests whose calls also run a backward "
+                                                        "and compare gradients (default: NNFORGE_BACKWARD_SHARE, 0.2)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
@@ -122,6 +125,8 @@ def campaign(
         fail("--workers must be at least 1")
     if not 0.0 <= mutate_prob <= 1.0:
         fail("--mutate-prob must be between 0 and 1")
+    if backward_share is not None and not 0.0 <= backward_share <= 1.0:
+        fail("--backward-share must be between 0 and 1")
     display = StatusDisplay(console, live=False if plain else None)
     if resume is not None:
         run = Campaign.resume(resume, budget_s=budget_s, display=display,
@@ -136,6 +141,7 @@ def campaign(
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
             value_bins=settings.value_bins if value_bins is None else value_bins,
+            backward_share=settings.backward_share if backward_share is None else backward_share,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))

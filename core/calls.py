@@ -45,6 +45,8 @@ class CallStep:
     grad_enabled: bool | None = None  # run under torch.set_grad_enabled(value)
     set_attrs: dict[str, Any] = field(default_factory=dict)  # model attribute -> JSON value
     set_globals: dict[str, Any] = field(default_factory=dict)  # program global -> JSON value
+    # the call also runs a backward: its gradients are compared like its outputs (core/backward.py)
+    backward: bool = False
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -60,11 +62,13 @@ class CallStep:
             d["set_attrs"] = dict(self.set_attrs)
         if self.set_globals:
             d["set_globals"] = dict(self.set_globals)
+        if self.backward:
+            d["backward"] = True
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CallStep":
-        unknown = set(d) - {"inputs", "reset_cache", "mode", "grad_enabled", "set_attrs", "set_globals"}
+        unknown = set(d) - {"inputs", "reset_cache", "mode", "grad_enabled", "set_attrs", "set_globals", "backward"}
         if unknown:
             raise ValueError(f"unknown keys in call step: {sorted(unknown)}")
         return cls(
@@ -74,6 +78,7 @@ class CallStep:
             grad_enabled=d.get("grad_enabled"),
             set_attrs=dict(d.get("set_attrs", {})),
             set_globals=dict(d.get("set_globals", {})),
+            backward=bool(d.get("backward", False)),
         )
 
 

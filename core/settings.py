@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     # Campaigns draw each test's values from a value bin (all positive, ties, constant, ...;
     # oracle/value_bins.py) picked by the scheduler; off: every test from the default draw.
     value_bins: bool = True
+    # Share of torch.compile tests whose calls also run a backward, gradients compared like
+    # outputs (core/backward.py); ONNX targets stay forward-only.
+    backward_share: float = Field(0.2, ge=0.0, le=1.0)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

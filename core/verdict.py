@@ -61,6 +61,8 @@ class Verdict:
     # the value bin whose property the test's values had ("positive", "ties", ...; "normal" when
     # value search had to leave the bin it drew from; oracle/value_bins.py); None when unrecorded
     value_bin: str | None = None
+    # the wrong value is a gradient of a backward call (core/backward.py): "input 0", "param lin.weight"
+    gradient: str | None = None
     detail: str = ""  # one human sentence
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, ClassVar, Sequence
 
+from nnforge.core.backward import call_gradients, with_grad_inputs
 from nnforge.core.python_state import python_state
 
 BACKEND_MODULES = (
@@ -47,6 +48,7 @@ class Call:
     reset_cache: bool = False
     seed: int = 0  # torch.manual_seed before the call: random ops agree with eager (fallback_random)
     program_globals: dict[str, Any] | None = None  # the program module's globals (its own copy for this run)
+    backward: bool = False  # differentiate the outputs and return the gradients too (core/backward.py)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class CallOutput:
     state_after: dict[str, Any] | None = None
     python_after: dict[str, Any] | None = None
     elapsed_s: float = 0.0
+    grads: dict[str, Any] | None = None  # a backward call's gradients by name ("input 0", "param w"); else None
 
 
 class Unsupported(Exception):
@@ -152,14 +155,18 @@ class Backend:
                 if i > 0 and (reset_each_call or call.reset_cache):
                     self.reset()
                 torch.manual_seed(call.seed)
-                grad = contextlib.nullcontext() if call.grad_enabled is None else torch.set_grad_enabled(call.grad_enabled)
+                backward = call.backward and self.torch_side_effects and call.grad_enabled is not False
+                grad = (torch.enable_grad() if backward else contextlib.nullcontext() if call.grad_enabled is None
+                        else torch.set_grad_enabled(call.grad_enabled))
+                args, leaves = with_grad_inputs(call.args) if backward else (call.args, {})
                 start = time.perf_counter()
                 with grad:
-                    out = self.run_one(model, call.args, i)
+                    out = self.run_one(model, args, i)
+                    grads = call_gradients(model, leaves, out, call.seed) if backward else None
                 elapsed = time.perf_counter() - start
                 if self.torch_side_effects:
-                    results.append(CallOutput(snapshot(out), snapshot(call.args), snapshot(_module_state(model)),
-                                              python_state(model, call.program_globals), elapsed))
+                    results.append(CallOutput(snapshot(out), snapshot(args), snapshot(_module_state(model)),
+                                              python_state(model, call.program_globals), elapsed, grads=grads))
                 else:
                     results.append(CallOutput(snapshot(out), elapsed_s=elapsed))
             except CallFailed:

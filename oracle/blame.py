@@ -37,6 +37,7 @@ class RungOutcome:
     elapsed_s: float = 0.0
     blamed_rung: str | None = None  # when the layer at fault is not this rung (e.g. export)
     side_effect: str | None = None  # a lost write to Python state: "module attribute (int)", "global (container)"
+    gradient: str | None = None  # a wrong gradient of a backward call: "input 0", "param lin.weight"
 
     @property
     def failed(self) -> bool:
@@ -60,7 +61,7 @@ class RungOutcome:
             "exc_type": self.exc_type, "exc_message": self.exc_message,
             "frames": [f.to_json() for f in self.frames], "stateful": self.stateful,
             "detail": self.detail, "elapsed_s": self.elapsed_s, "blamed_rung": self.blamed_rung,
-            "side_effect": self.side_effect,
+            "side_effect": self.side_effect, "gradient": self.gradient,
         }
 
 
@@ -102,6 +103,7 @@ def blame(target: str, outcomes: list[RungOutcome], *, versions: dict[str, str] 
         frames=guilty.frames,
         stateful=guilty.stateful,
         side_effect=guilty.side_effect,
+        gradient=guilty.gradient,
         detail=trail,
         timings=timings,
         versions=dict(versions or {}),

@@ -84,7 +84,21 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
 
         return make_boxed_func(perturbed)
 
-    return aot_autograd(fw_compiler=fw_compiler)
+    def bw_compiler(gm: Any, example_inputs: Any) -> Callable:
+        if fault != "grad_perturb":
+            return make_boxed_func(gm.forward)
+
+        def perturbed(*args: Any) -> Any:  # the first floating-point gradient comes back scaled
+            outs = list(gm.forward(*args))
+            for i, o in enumerate(outs):
+                if isinstance(o, torch.Tensor) and o.is_floating_point():
+                    outs[i] = o * (1 + eps) + eps
+                    break
+            return outs
+
+        return make_boxed_func(perturbed)
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
 
 
 class FaultyBackend(TorchCompileBackend):
@@ -112,6 +126,15 @@ class FaultyCrashBackend(FaultyBackend):
 class FaultySegvBackend(FaultyBackend):
     name = "faulty_segv"
     fault = "abort"
+
+
+@register_backend
+class FaultyGradPerturbBackend(FaultyBackend):
+    """A correct forward and a backward whose first floating-point gradient is off by `eps`:
+    only a test that runs a backward can see it."""
+
+    name = "faulty_grad_perturb"
+    fault = "grad_perturb"
 
 
 @register_backend
@@ -202,5 +225,6 @@ for _name, _doc in (("faulty_perturb", "test-only: wrong output from a planted f
                     ("faulty_segv", "test-only: os.abort() in a planted fake compiler"),
                     ("faulty_chaos", "test-only: kills its worker a different way per graph (bench/flood.py)"),
                     ("faulty_lost_write", "test-only: writes to int module attributes are lost"),
-                    ("faulty_amin_zero_init", "test-only: integer amin starts from 0 (wrong on all-positive rows)")):
+                    ("faulty_amin_zero_init", "test-only: integer amin starts from 0 (wrong on all-positive rows)"),
+                    ("faulty_grad_perturb", "test-only: the backward's first gradient is off by eps")):
     register_target(TargetSpec(_name, ("dynamo", _name), hidden=True, default_param="op", doc=_doc))

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from nnforge.core import replay
+from nnforge.core.backward import GRADIENT_LABEL, gradient_name
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.calls import SINGLE_CALL, CallStep, InputChange
 from nnforge.core.replay import CallStepError, apply_state, changes_state
@@ -131,7 +132,8 @@ class Program:
             if float64:
                 args = tuple(to_float64(a) for a in args)
             calls.append(Call(args=args, before=_state_changer(step, module), grad_enabled=step.grad_enabled,
-                              reset_cache=step.reset_cache, seed=self.seed + i, program_globals=vars(module)))
+                              reset_cache=step.reset_cache, seed=self.seed + i, program_globals=vars(module),
+                              backward=step.backward))
         return model, calls
 
 
@@ -215,7 +217,21 @@ def run_reference(prog: Program) -> Reference:
             fp64 = EagerBackend().compile_and_run(model64, calls64[: len(outputs)])
     except Exception:
         fp64 = None  # no precision evidence: tolerances alone decide
+    bad = nonfinite_gradient(outputs)
+    if bad is not None:
+        raise InvalidCase(f"eager's gradient of {bad} is not finite at these values: the backward cannot be judged")
     return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start, prog)
+
+
+def nonfinite_gradient(outputs: list[CallOutput]) -> str | None:
+    """The first gradient (of a backward call) holding NaN or Inf, as 'param w at call 0'."""
+    import torch
+
+    for i, out in enumerate(outputs):
+        for name, g in (out.grads or {}).items():
+            if isinstance(g, torch.Tensor) and (g.is_floating_point() or g.is_complex()) and not bool(torch.isfinite(g).all()):
+                return f"{name} at call {i}"
+    return None
 
 
 # -- judging one rung ------------------------------------------------------------------------------------
@@ -305,6 +321,8 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
             parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
             parts.append((PYTHON_STATE, r.python_after, a.python_after, f.python_after if f else None, None))
+            if r.grads is not None:  # a backward call: its gradients are judged like its outputs
+                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, None))
         for label, exp, act, f64, ties in parts:
             flat = backend.flat_outputs and label == "output"
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)
@@ -324,6 +342,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
                                    max_abs_err=c.max_abs_err, max_rel_err=c.max_rel_err,
                                    fp64_rmse_actual=c.fp64_rmse_actual, fp64_rmse_eager=c.fp64_rmse_eager,
                                    side_effect=lost_write(exp, act, c.path) if label == PYTHON_STATE else None,
+                                   gradient=gradient_name(c.path) if label == GRADIENT_LABEL else None,
                                    detail=f"{label}: {c.detail}")
     return RungOutcome(backend.name, detail="; ".join(notes)) if notes else None
 

@@ -21,6 +21,8 @@ def same_bug(ref: Verdict, new: Verdict) -> bool:
         return False
     if (new.target, new.symptom, new.rung, new.stateful) != (ref.target, ref.symptom, ref.rung, ref.stateful):
         return False
+    if (new.gradient is None) != (ref.gradient is None):  # a wrong gradient is not a wrong output
+        return False
     if ref.symptom not in CRASH_LIKE:
         return True
     if (new.exc_type or "") != (ref.exc_type or ""):

@@ -141,6 +141,9 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
         text = f"{_short_type(verdict.exc_type)} raised on one side only{on}"
     elif s is Symptom.SEGFAULT:
         text = f"process dies ({_first_line(verdict.exc_message) or 'signal'}) compiling{on or ' the model'}"
+    elif s is Symptom.MISMATCH and verdict.gradient:
+        err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
+        text = f"wrong gradient of {verdict.gradient} in the backward{on}{err}"
     elif s is Symptom.MISMATCH:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
         text = f"silently wrong result{on}{err}"
@@ -325,6 +328,11 @@ def draft_report(case: TestCase, verdict: Verdict, *, repro: str, signature: Sig
         sentence = (f"Compiling this model with `{verdict.target}` loses or changes a write the model makes to a "
                     f"{verdict.side_effect}: after call {verdict.call_index} the compiled module's Python state "
                     f"differs from eager's (see the repro's output below), whatever its outputs are.")
+    elif verdict.gradient and verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
+        sentence = (f"Compiling this model with `{verdict.target}` gives a wrong gradient of {verdict.gradient}: "
+                    f"the call's outputs agree with eager, but the gradients of their sum weighted by fixed random "
+                    f"cotangents (`torch.autograd.grad`) differ beyond `torch.testing.assert_close`'s default "
+                    f"tolerances and are further from a float64 run than eager's are.")
     elif verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
         sentence = (f"Compiling this model with `{verdict.target}` {what}: the compiled output differs from eager "
                     f"beyond `torch.testing.assert_close`'s default tolerances and is further from a float64 run "

@@ -187,6 +187,14 @@ def _call_code(i: int, step: CallStep) -> str:
     if i > 0 and step.reset_cache:
         lines.append("    reset()  # the sequence drops the compiler's cache before this call")
     lines.append(f"    args = repro_args({i})")
+    if step.backward and step.grad_enabled is not False:
+        lines.append("    args, leaves = with_grad_inputs(args)  # float inputs: leaves that require grad")
+        lines.append(f"    torch.manual_seed({i})")
+        lines.append("    with torch.enable_grad():")
+        lines.append("        out = fn(*args)")
+        lines.append(f"        gradients = call_gradients(model, leaves, out, {i})  # the backward of this call")
+        lines.append("    return (out, {'gradients': gradients}), args")
+        return "\n".join(lines) + "\n"
     lines.append(f"    torch.manual_seed({i})")
     if step.grad_enabled is None:
         lines.append("    out = fn(*args)")
@@ -362,8 +370,11 @@ def python_state_source() -> str:
 
     from nnforge.core import python_state as ps
 
+    from nnforge.core import backward as bw
+
     return (f"ATTRIBUTE_PREFIX = {ps.ATTRIBUTE_PREFIX!r}\nGLOBAL_PREFIX = {ps.GLOBAL_PREFIX!r}\n\n\n"
-            + inspect.getsource(ps.python_state))
+            + inspect.getsource(ps.python_state) + "\n\n" + inspect.getsource(bw.with_grad_inputs) + "\n\n"
+            + inspect.getsource(bw.call_gradients))
 
 
 def program_global_names(program: str) -> list[str]:

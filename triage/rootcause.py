@@ -113,6 +113,8 @@ def provisional_key(verdict: Verdict, case: TestCase) -> str:
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
         return json.dumps(head + [verdict.exc_type or "", crash_message(verdict), list(frames)])
     category = str((case.meta or {}).get("category") or "seed") if isinstance(case.meta, dict) else "seed"
+    if verdict.gradient:  # a wrong gradient is the backward's bug, apart from the forward's
+        return json.dumps(head + ["wrong gradient", category])
     return json.dumps(head + ["category", category])
 
 

@@ -53,8 +53,10 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=key,
                          exc_type=verdict.exc_type, message=message, frames=frames, ops=ops)
     if symptom in OUTPUT_LIKE:
-        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=canonical_form(case),
-                         ops=ops)
+        # a wrong gradient and a wrong output of the same operators are different bugs (the
+        # backward's kernels and decompositions against the forward's)
+        key = canonical_form(case) if not verdict.gradient else json.dumps(["wrong gradient", canonical_form(case)])
+        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=key, ops=ops)
     # pass / invalid: not a bug; a key that still separates them by what was said
     return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
                      key=normalize_message(verdict.detail)[:200], ops=ops)

@@ -1,0 +1,112 @@
+"""The training path: a call may run a backward, and its gradients are judged like its outputs,
+with real torch.compile, a test-only backend whose backward alone is wrong, and the repro."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nnforge.core.backward import call_gradients, with_grad_inputs
+from nnforge.core.calls import CallStep
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom
+from nnforge.oracle.oracle import Oracle
+from nnforge.triage.interesting import same_bug
+from nnforge.triage.report import issue_title
+from nnforge.triage.repro import write_repro
+
+LINEAR_SIN = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x).sin() + 1
+
+def make_inputs():
+    return (torch.randn(2, 4),)
+'''
+
+SQRT_AT_ZERO = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return (torch.sqrt(x * 0.0),)
+
+def make_inputs():
+    return (torch.rand(5) + 0.5,)
+'''
+
+IN_PLACE = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2.0)
+        return (x.exp(),)
+
+def make_inputs():
+    return (torch.randn(3),)
+'''
+
+BACKWARD = (CallStep(backward=True),)
+
+
+def test_a_backward_step_round_trips_and_older_steps_read_as_forward_only():
+    assert CallStep.from_json(CallStep(backward=True).to_json()).backward
+    assert CallStep.from_json({}).backward is False and "backward" not in CallStep().to_json()
+
+
+def test_gradients_are_named_by_input_and_parameter_and_weighted_alike_in_every_run():
+    lin = torch.nn.Linear(3, 2)
+    args, leaves = with_grad_inputs((torch.randn(4, 3), torch.arange(3)))
+    assert set(leaves) == {0} and not args[1].is_floating_point()
+    grads = call_gradients(lin, leaves, lin(args[0]), seed=7)
+    assert set(grads) == {"input 0", "param weight", "param bias"}
+    args2, leaves2 = with_grad_inputs((leaves[0].detach(),))
+    again = call_gradients(lin, leaves2, lin(args2[0]), seed=7)
+    assert all(torch.equal(grads[k], again[k]) for k in grads)  # the same cotangents from the same seed
+
+
+def test_a_wrong_gradient_is_a_mismatch_naming_it_and_only_a_backward_sees_it(pool):
+    oracle = Oracle(pool, ["faulty_grad_perturb"])
+    forward = oracle.check(TestCase(program=LINEAR_SIN)).verdicts[0]
+    assert forward.symptom is Symptom.PASS
+    v = oracle.check(TestCase(program=LINEAR_SIN, calls=BACKWARD)).verdicts[0]
+    assert v.symptom is Symptom.MISMATCH and v.rung == "faulty_grad_perturb"
+    assert v.gradient == "param lin.weight" and "gradients" in v.detail and "dynamo: pass" in v.detail
+    assert "wrong gradient of param lin.weight" in issue_title(v, TestCase(program=LINEAR_SIN, calls=BACKWARD))
+    forward_bug = v.__class__(**{**v.__dict__, "gradient": None})
+    assert not same_bug(v, forward_bug)  # a reducer never trades a wrong gradient for a wrong output
+
+
+@pytest.mark.slow
+def test_inductor_backward_agrees_with_eager_and_the_repro_of_a_wrong_gradient_reproduces(pool, tmp_path):
+    healthy = Oracle(pool, ["inductor"]).check(TestCase(program=LINEAR_SIN, calls=BACKWARD)).verdicts[0]
+    assert healthy.symptom is Symptom.PASS, healthy.detail
+    found = Oracle(pool, ["faulty_grad_perturb"]).check(TestCase(program=LINEAR_SIN, calls=BACKWARD))
+    repro = tmp_path / "repro.py"
+    repro.write_text(write_repro(found.case, found.verdicts[0]))
+    run = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 1 and "BUG PRESENT" in run.stdout, run.stdout + run.stderr
+    clean = found.case  # the same script against healthy inductor passes
+    repro.write_text(write_repro(clean, healthy.__class__(**{**healthy.__dict__, "symptom": Symptom.MISMATCH})))
+    run = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_gradient_that_is_not_finite_at_the_values_makes_the_test_invalid_not_a_finding(pool):
+    v = Oracle(pool, ["aot_eager"]).check(TestCase(program=SQRT_AT_ZERO, calls=BACKWARD)).verdicts[0]
+    assert v.symptom is Symptom.INVALID and "gradient of input 0" in v.detail and "not finite" in v.detail
+
+
+def test_a_program_writing_into_its_input_stays_valid_under_a_backward(pool):
+    v = Oracle(pool, ["aot_eager"]).check(TestCase(program=IN_PLACE, calls=BACKWARD)).verdicts[0]
+    assert v.symptom is Symptom.PASS, v.detail
