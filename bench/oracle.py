@@ -12,6 +12,7 @@ defaults to the product's (core/limits.py).
 
     .venv/bin/python bench/oracle.py --count 300
     .venv/bin/python bench/oracle.py --count 320 --value-bins all   # programs spread over every value bin
+    .venv/bin/python bench/oracle.py --count 300 --backward         # every call also runs a backward
     .venv/bin/python bench/oracle.py --count 200 --nnsmith
 """
 
@@ -85,9 +86,11 @@ def classify_failure(pool: WorkerPool, program: str, search: dict | None) -> tup
 
 
 def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: int, diagnose: bool = True,
-            dump: Path | None = None, families: list[str] | None = None) -> dict:
-    """`families`: value bins (oracle/value_bins.py) the programs take in turn; None: no bins."""
-    searched = success = needed = needed_ok = crashed = invalid = 0
+            dump: Path | None = None, families: list[str] | None = None, backward: bool = False) -> dict:
+    """`families`: value bins (oracle/value_bins.py) the programs take in turn; None: no bins.
+    `backward`: every call also runs a backward; a gradient that is not finite at the values
+    found counts as a failure of the search (the test could not be judged)."""
+    searched = success = needed = needed_ok = crashed = invalid = grad_bad = 0
     per_bin: dict[str, list[int]] = {}  # bin -> [programs searched, all finite, property kept]
     times: list[float] = []
     culprits: dict[str, int] = {}
@@ -98,12 +101,20 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
         if k and k % 50 == 0:
             print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
         family = families[k % len(families)] if families else None
+        if backward:
+            calls = [{**c, "backward": True} for c in (calls or [{}])]
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [], "value_bin": family,
                               "search": True, "search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
             crashed += 1
             continue
         s = out.value.get("search")
+        if out.value["status"] == "invalid" and "gradient" in str(out.value.get("reason")):
+            searched += 1  # values finite, a gradient not: the search did not make the test judgeable
+            grad_bad += 1
+            culprits["gradient: " + str(out.value.get("reason"))[:50]] = 1 + culprits.get(
+                "gradient: " + str(out.value.get("reason"))[:50], 0)
+            continue
         if out.value["status"] == "invalid":
             # eager raised on the program's own inputs (the search then stops at once, "program
             # raises"): a generator validity problem, counted apart from value search
@@ -135,7 +146,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             "crashed": crashed, "invalid": invalid, "generator_hung": hung, "generator_failed": broken, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
             "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures,
-            "per_bin": per_bin}
+            "per_bin": per_bin, "gradient_not_finite": grad_bad}
 
 
 def main() -> None:
@@ -152,6 +163,7 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, default=None, metavar="DIR", help="write each failed program to DIR/n<nodes>_seed<seed>.py")
     ap.add_argument("--value-bins", default="none", metavar="all|none|BIN,...",
                     help="value bins the programs take in turn (oracle/value_bins.py); default none")
+    ap.add_argument("--backward", action="store_true", help="every call also runs a backward (gradients must be finite)")
     ap.add_argument("--nnsmith", action="store_true")
     ap.add_argument("--nnsmith-venv", type=Path, default=ROOT / ".bench-venv-nnsmith")
     args = ap.parse_args()
@@ -168,7 +180,7 @@ def main() -> None:
         for n in args.nodes:
             t = time.perf_counter()
             rows.append((measure(pool, n, args.count, args.budget_ms, args.seed, not args.no_diagnose, args.dump,
-                                 families),
+                                 families, args.backward),
                          time.perf_counter() - t))
     hdr = f"{'nodes':>5} {'programs':>8} {'all finite':>11} {'needed search':>14} {'repaired':>9} {'median ms':>10} {'p90 ms':>8}"
     print(hdr)
@@ -179,6 +191,7 @@ def main() -> None:
         print(f"{r['nodes']:>5} {r['searched']:>8} {rate:>10.1f}% {r['needed']:>14} {rep:>9} {r['median_ms']:>10.2f} {r['p90_ms']:>8.2f}")
     for r, secs in rows:
         print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
+              f"{r['gradient_not_finite']} with a gradient not finite (--backward), "
               f"generator hung on seeds {r['generator_hung']}, failed on seeds {r['generator_failed']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
     if families:
