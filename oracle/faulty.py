@@ -53,7 +53,6 @@ def lower_faulty_op(op: str) -> None:
 
 
 def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
-    import torch
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -73,32 +72,29 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
             _amin_from_zero(gm)
         if not (triggered and fault == "perturb"):
             return make_boxed_func(gm.forward)
-
-        def perturbed(*args: Any) -> Any:
-            outs = list(gm.forward(*args))
-            for i, o in enumerate(outs):
-                if isinstance(o, torch.Tensor) and o.is_floating_point():
-                    outs[i] = o * (1 + eps) + eps
-                    break
-            return outs
-
-        return make_boxed_func(perturbed)
+        return make_boxed_func(_first_float_off(gm, eps))
 
     def bw_compiler(gm: Any, example_inputs: Any) -> Callable:
-        if fault != "grad_perturb":
+        if fault != "grad_perturb":  # the backward's first floating-point gradient comes back off
             return make_boxed_func(gm.forward)
-
-        def perturbed(*args: Any) -> Any:  # the first floating-point gradient comes back scaled
-            outs = list(gm.forward(*args))
-            for i, o in enumerate(outs):
-                if isinstance(o, torch.Tensor) and o.is_floating_point():
-                    outs[i] = o * (1 + eps) + eps
-                    break
-            return outs
-
-        return make_boxed_func(perturbed)
+        return make_boxed_func(_first_float_off(gm, eps))
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
+
+
+def _first_float_off(gm: Any, eps: float) -> Callable:
+    """gm's forward, its first floating-point result scaled by 1 + eps and shifted by eps."""
+    import torch
+
+    def perturbed(*args: Any) -> Any:
+        outs = list(gm.forward(*args))
+        for i, o in enumerate(outs):
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                outs[i] = o * (1 + eps) + eps
+                break
+        return outs
+
+    return perturbed
 
 
 class FaultyBackend(TorchCompileBackend):

@@ -17,21 +17,7 @@ from nnforge.oracle.oracle import Oracle
 from nnforge.triage.interesting import same_bug
 from nnforge.triage.report import issue_title
 from nnforge.triage.repro import write_repro
-
-LINEAR_SIN = '''
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.lin(x).sin() + 1
-
-def make_inputs():
-    return (torch.randn(2, 4),)
-'''
+from programs import LINEAR_SIN
 
 SQRT_AT_ZERO = '''
 import torch

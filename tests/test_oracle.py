@@ -10,23 +10,11 @@ from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Symptom
 from nnforge.oracle.oracle import Oracle
 from nnforge.oracle.sandbox import WorkerPool
+from programs import LINEAR_SIN
 
 pytestmark = pytest.mark.slow
 
-SMALL = '''
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.lin(x).sin() + 1
-
-def make_inputs():
-    return (torch.randn(2, 4),)
-'''
+SMALL = LINEAR_SIN  # a Linear then sin: cheap to compile, floats only
 
 # log of a normal sample is NaN half the time: value search must make x positive first.
 NAN_AT_START = '''
