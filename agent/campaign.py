@@ -245,6 +245,10 @@ def value_bin_families() -> tuple[str, ...]:
     return FAMILIES
 
 
+def calls_kind(case: TestCase) -> str:
+    return "forward + backward" if any(c.backward for c in case.calls) else "forward"
+
+
 def _requested_bin(case: TestCase) -> str | None:
     b = case.meta.get("value_bin")
     return b if isinstance(b, str) else None
@@ -630,7 +634,8 @@ class Campaign:
                                                elapsed_s=round(self.elapsed(), 2), novel=bool(new),
                                                compiler=compiler_record(result, test.target),
                                                pkey=root_cause_key(verdict, case) if verdict.is_bug else None,
-                                               value_bin=_requested_bin(case), value_bin_kept=_bin_kept(case, verdict))
+                                               value_bin=_requested_bin(case), value_bin_kept=_bin_kept(case, verdict),
+                                               calls_kind=calls_kind(case))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
         self.scheduler.reward_bin(_requested_bin(case), 1.0 if new else 0.0)

@@ -140,6 +140,7 @@ class CampaignView:
     export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
     by_value_bin: tuple[YieldRow, ...] = ()  # per value bin the scheduler drew (empty with bins off)
     value_bin_kept: dict[str, tuple[int, int]] = field(default_factory=dict)  # bin -> (kept its property, known)
+    by_calls_kind: tuple[YieldRow, ...] = ()  # forward only vs with a backward
     gated: dict[str, int] = field(default_factory=dict)  # target -> tests stopped by the ONNX export in front of it
 
     @property
@@ -292,7 +293,7 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
         scheduler=_scheduler(db, clusters), timeline_source=source, series=series, compiler=_compiler_reasons(db),
         waiting=_waiting(db), by_value_bin=tuple(r for r in _yield(db, "value_bin") if r.key != "(none)"),
-        value_bin_kept=_bins_kept(db))
+        value_bin_kept=_bins_kept(db), by_calls_kind=tuple(r for r in _yield(db, "calls_kind") if r.key != "(none)"))
 
 
 def _max_test_elapsed(db: _Db) -> float:

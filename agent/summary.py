@@ -140,6 +140,8 @@ def render_summary(view: CampaignView) -> str:
 
     lines += ["", "## Yield per category", ""] + _yield_table(view.by_category, "category")
     lines += ["", "## Yield per target", ""] + _yield_table(view.by_target, "target")
+    if view.by_calls_kind:
+        lines += ["", "## Yield per kind of call", ""] + _yield_table(view.by_calls_kind, "calls")
     if view.by_value_bin:
         lines += ["", "## Yield per value bin", "",
                   "The values each test ran on were drawn from a bin the scheduler picked (oracle/value_bins.py); "

@@ -168,6 +168,9 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
         if kept is not None:  # values were chosen: what the search did with the bin is recorded too
             assert meta_json["values"]["bin"] == b and meta_json["values"]["kept"] == bool(kept)
     assert "## Yield per value bin" in (out / "summary.md").read_text()
+    kinds = _query(out, "SELECT target, calls_kind FROM tests")
+    assert all(k == "forward" for t, k in kinds if t == "ort")  # ONNX targets stay forward-only
+    assert {k for _, k in kinds} <= {"forward", "forward + backward"}
     assert set(json.loads(meta["scheduler_state"])["bins"]) == set(FAMILIES)
 
 
