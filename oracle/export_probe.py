@@ -29,7 +29,8 @@ PASSED, REFUSED, NOT_REACHED = 1, 0, None
 
 def probe_export(payload: dict[str, Any]) -> dict[str, Any]:
     """payload: {"pairs": [[op, dtype, seed], ...], "checks": ["export", "ort", "tvm"]}.
-    Returns {"results": [[key, rank key, {check: 1 | 0 | None}, reason], ...], "elapsed_s": float}."""
+    Returns {"results": [[key, rank key, {check: 1 | 0 | None}, reason, [form key, ...]], ...],
+    "elapsed_s": float}."""
     from nnforge.generator.export_probe import probes_for
 
     t0 = time.perf_counter()
@@ -38,7 +39,7 @@ def probe_export(payload: dict[str, Any]) -> dict[str, Any]:
     for op, dtype, seed in payload["pairs"]:
         for probe in probes_for(str(op), str(dtype), int(seed)):
             outcome, reason = probe_program(probe.program, checks)
-            results.append([probe.key, probe.rank_key, outcome, reason])
+            results.append([probe.key, probe.rank_key, outcome, reason, list(probe.forms)])
     return {"results": results, "elapsed_s": round(time.perf_counter() - t0, 3)}
 
 
