@@ -9,8 +9,8 @@ campaign asks the probe worker (its own sandboxed worker, beside the test worker
 gate's own steps on each such program first (oracle/export_probe.gate_check), and draws or
 mutates again where the gate refuses.
 
-Only a refusal counts. A worker that died or timed out, or a disagreement in values alone (the
-test's value search picks other values), admits the program: the test judges it, so the check
+Only a refusal counts. A worker that died or timed out, or a disagreement in NaN/Inf alone (the
+test's value search keeps them out), admits the program: the test judges it, so the check
 never hides more than the gate itself would have stopped.
 """
 

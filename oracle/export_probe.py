@@ -20,7 +20,6 @@ so it is recorded as passing: blocking it would hide a bug.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
@@ -167,7 +166,8 @@ def gate_check(payload: dict[str, Any]) -> dict[str, Any]:
     the eager reference (a program that draws random numbers is refused, as job.run_target does
     for ONNX targets), then the `onnx_export` rung itself (export, ONNX checker, the graph run by
     onnx.reference against eager). Returns {"ok": bool, "reason": str, "elapsed_s": float}; ok is
-    False only where the gate refused: a program whose eager run fails is the test's to judge."""
+    False only where the gate refused, and not for NaN/Inf alone (_values_only): a program whose
+    eager run fails is the test's to judge."""
     from nnforge.core.calls import SINGLE_CALL, CallStep
     from nnforge.oracle.job import InvalidCase, Program, _prepare_values, run_reference, run_rung
     from nnforge.oracle.onnx_backends import OnnxReferenceBackend
@@ -194,15 +194,11 @@ def gate_check(payload: dict[str, Any]) -> dict[str, Any]:
     return answer(True, outcome.summary() if outcome.failed else "")
 
 
-_STRUCTURE = re.compile(r": (shape|dtype) \S.* instead of ")
-
-
 def _values_only(outcome: Any) -> bool:
-    """A disagreement in values alone (NaN where eager is finite, numbers outside tolerance): on
-    make_inputs' values that says little, since the test's own value search picks others (it keeps
-    NaN and Inf out); a wrong shape or dtype, a crash or a refusal holds whatever the values."""
+    """A disagreement in NaN/Inf alone: on make_inputs' values that says little, since the test's own
+    value search keeps NaN and Inf out. Any other disagreement holds on the test's values too more
+    often than not (over two 5-minute campaigns, 10 of the 12 programs with a finite value
+    disagreement here stopped at the gate, and 2 of the 8 with NaN did), so it refuses."""
     from nnforge.core.verdict import Symptom
 
-    if outcome.symptom is Symptom.NAN_MISMATCH:
-        return True
-    return outcome.symptom is Symptom.MISMATCH and not _STRUCTURE.search(outcome.detail or "")
+    return outcome.symptom is Symptom.NAN_MISMATCH
