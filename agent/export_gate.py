@@ -67,9 +67,15 @@ class GateCheck:
 
 
 def _reason_head(reason: str) -> str:
-    """The refusal without its numbers and node names, short enough to count."""
+    """The refusal without its numbers, shapes and module paths, short enough to count: the
+    exception's own name, and the ONNX operator where the checker names one
+    (`InferenceError on Transpose`)."""
     import re
 
     head = reason.split(" (", 1)[-1] if reason.startswith("onnx_export:") else reason
-    head = re.sub(r"\{[^}]*\}|\([^)]*\)|node name: [^)]*|\d+(\.\d+)?(e-?\d+)?", "…", head)
-    return head[:90]
+    ops = re.findall(r"op_type:(\w+)", head)
+    exc = re.match(r"[\w.]*?(\w+(Error|Exception|Failed)):", head)
+    if ops and exc:
+        return f"{exc.group(1)} on {ops[0]}"
+    head = re.sub(r"\{[^}]*\}|\([^)]*\)|\d+(\.\d+)?(e-?\d+)?", "…", head)
+    return head.rstrip(")")[:90]

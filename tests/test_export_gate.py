@@ -53,6 +53,18 @@ def test_only_targets_that_gate_on_the_export_are_checked() -> None:
     assert not export_is_gate("inductor")
 
 
+def test_refusals_are_counted_by_exception_and_onnx_operator_not_by_shapes() -> None:
+    from nnforge.agent.export_gate import _reason_head
+
+    checker = ("onnx_export: crash at call 0 (onnx.onnx_cpp2py_export.shape_inference.InferenceError: "
+               "[ShapeInferenceError] Inference error(s): (op_type:Transpose, node name: /Transpose): "
+               "[TypeInferenceError] Invalid attribute perm {{{}}}, input shape = {{2, 3, 4}})")
+    assert _reason_head(checker.format("0, -1, 1")) == _reason_head(checker.format("-3, 1, 2")) \
+        == "InferenceError on Transpose"
+    assert _reason_head("onnx_export: mismatch at call 0 (output: [1]: shape (1,) instead of ())") \
+        == _reason_head("onnx_export: mismatch at call 2 (output: [0]: shape (4, 5) instead of (5, 4))")
+
+
 @pytest.mark.slow
 def test_the_gate_check_refuses_what_the_gate_stops_and_admits_what_passes_it(pool) -> None:
     gate = GateCheck(pool.call)
