@@ -108,6 +108,7 @@ class CampaignConfig:
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
+    gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0
     report_every_s: float = 300.0
@@ -175,6 +176,8 @@ class GeneratorSource:
         self.next_seed = int(stored) if stored is not None else cfg.seed
         # target -> operator instances its tests must not hold (the export table; ONNX targets only)
         self.blocked: dict[str, frozenset[str]] = {}
+        # (case, target) -> does the case pass the target's export gate (agent/export_gate.py); None: not asked
+        self.admit: Callable[[TestCase, str], bool] | None = None
 
     def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
         from nnforge.generator.engine import GeneratorConfig
@@ -190,9 +193,9 @@ class GeneratorSource:
             return generate_case(cfg)[0], n
         cfg = onnx_config(cfg, self.blocked.get(target, frozenset()))
         case, _ = generate_case(cfg)
-        for retry in range(1, ONNX_REDRAWS + 1):  # a form its spec says the exporter refuses (cumprod, stable sort)
-            if case.meta.get("onnx_exportable", True):
-                break
+        for retry in range(1, ONNX_REDRAWS + 1):  # a form its spec says the exporter refuses (cumprod, stable sort),
+            if case.meta.get("onnx_exportable", True) and (self.admit is None or self.admit(case, target)):
+                break  # or a program the export gate would stop
             case, _ = generate_case(replace(cfg, seed=n + retry * 1_000_003))
         return case, n
 
@@ -401,6 +404,7 @@ class Campaign:
         self._interrupts = 0
         self.coverage_map: Any = None
         self._probe_pool: Any = None
+        self.gate: Any = None  # agent/export_gate.GateCheck, made on first use
 
     # -- setup --------------------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -455,6 +459,7 @@ class Campaign:
             kind, _, arg = spec.partition(":")
             if kind == "generator":
                 self.sources["generator"] = GeneratorSource(self.store, cfg)
+                self.sources["generator"].admit = self._admits
             elif kind == "history":
                 if not arg:
                     raise CampaignSetupError("--seeds history:DIR needs the folder (history:seeds/)")
@@ -540,7 +545,7 @@ class Campaign:
         case, mutator_name, t_mut = seed_case, None, 0.0
         if arm.mutates:
             t1 = time.perf_counter()
-            mutant = self._mutate(seed_case, arm.category)
+            mutant = self._mutate(seed_case, arm.category, arm.target)
             t_mut = time.perf_counter() - t1
             if mutant is None:
                 self.counters.mutate_failed += 1
@@ -548,6 +553,9 @@ class Campaign:
                 return None
             case = mutant
             mutator_name = str(mutant.meta.get("mutator") or arm.category)
+        if (self.cfg.backward_share > 0 and not is_onnx_target(arm.target) and not any(c.backward for c in case.calls)
+                and self.rng.random() < self.cfg.backward_share):
+            case = case.with_(calls=tuple(replace(c, backward=True) for c in case.calls))
         if self.store.has_test(case.case_id, arm.target):
             self.counters.duplicates += 1
             self._dup_streak[arm.key] += 1
@@ -555,9 +563,6 @@ class Campaign:
                 self.exhausted.add(arm.key)
             return None
         self._dup_streak[arm.key] = 0
-        if (self.cfg.backward_share > 0 and not is_onnx_target(arm.target) and not any(c.backward for c in case.calls)
-                and self.rng.random() < self.cfg.backward_share):
-            case = case.with_(calls=tuple(replace(c, backward=True) for c in case.calls))
         family = self.scheduler.pick_bin() if case.inputs is None else None
         if family is not None:  # the worker draws the values from it (oracle/value_bins.py)
             case = case.with_(meta={**case.meta, "value_bin": family})
@@ -571,11 +576,12 @@ class Campaign:
         self.counters.made += 1
         return test, case
 
-    def _mutate(self, case: TestCase, category: str) -> TestCase | None:
+    def _mutate(self, case: TestCase, category: str, target: str) -> TestCase | None:
+        """A mutant of `case` in `category` that the target's export gate (if it has one) lets through."""
         if self.llm_background is not None and category in self.llm_background:
             # the LLM works on its own thread: take a mutant it finished, else an offline one now
             mutant = self.llm_background.take(category, case, self.rng)
-            if mutant is not None:
+            if mutant is not None and self._admits(mutant, target):
                 return mutant
         probe = self._probe()
         options = [m for m in self.offline.values() if m.category == category]
@@ -587,21 +593,35 @@ class Campaign:
                 mutant = m.mutate(case, self.rng, probe if m.uses_probe else None)
             except Exception:  # a mutator bug must not stop the campaign
                 continue
-            if mutant is not None:
+            if mutant is not None and self._admits(mutant, target):
                 return mutant
         return None
 
-    def _probe(self) -> Callable[[TestCase], bool]:
-        """Mutators that must know whether a candidate runs in eager ask a worker of its own: on the
-        test workers a probe would wait behind a compile of a minute, and the loop with it."""
+    def _admits(self, case: TestCase, target: str) -> bool:
+        """Whether `case` passes `target`'s ONNX export gate, asked on the probe worker before it is a
+        test (agent/export_gate.py); targets without such a gate admit everything."""
+        from nnforge.agent.export_gate import GateCheck, export_is_gate
+
+        if not self.cfg.gate_check or not export_is_gate(target):
+            return True
+        if self.gate is None:
+            self.gate = GateCheck(lambda *a, **k: self._probe_pool_call()(*a, **k))
+        return self.gate(case)
+
+    def _probe_pool_call(self) -> Callable[..., Any]:
         if self._probe_pool is None:
             from nnforge.oracle.sandbox import WorkerPool
 
             self._probe_pool = WorkerPool(size=1, timeout_s=PROBE_TIMEOUT_S, memory_mb=self.cfg.memory_mb,
                                           inductor_cache_dir=_inductor_cache_dir())
+        return self._probe_pool.call
+
+    def _probe(self) -> Callable[[TestCase], bool]:
+        """Mutators that must know whether a candidate runs in eager ask a worker of its own: on the
+        test workers a probe would wait behind a compile of a minute, and the loop with it."""
         from nnforge.mutators.validate import eager_probe
 
-        return eager_probe(self._probe_pool.call, timeout_s=PROBE_TIMEOUT_S)
+        return eager_probe(self._probe_pool_call(), timeout_s=PROBE_TIMEOUT_S)
 
     def _load_pending(self) -> deque[tuple[QueuedTest, TestCase]]:
         out: deque[tuple[QueuedTest, TestCase]] = deque()
@@ -786,6 +806,8 @@ class Campaign:
                 self.executor.close()
                 if self._probe_pool is not None:
                     self._probe_pool.close()
+                if self.gate is not None:
+                    self.store.set_meta("export_gate", self.gate.line())
                 if self.triage is not None:
                     self.triage.stop(wait_s=10.0)
         except KeyboardInterrupt:

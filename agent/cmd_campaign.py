@@ -89,6 +89,10 @@ def campaign(
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
                                                    "or always from the default draw."),
+    gate_check: bool = typer.Option(True, "--gate-check/--no-gate-check",
+                                    help="Check each ort/tvm program against the ONNX export gate on the probe "
+                                         "worker before it becomes a test, and draw or mutate again where the "
+                                         "gate would stop it (default on)."),
 ) -> None:
     """Fuzz the targets for a time budget: generate, mutate, judge, triage, report.
 
@@ -140,7 +144,7 @@ def campaign(
             triage_budget_s=triage_budget_s, executor=executor, address=address, coverage=coverage,
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
-            value_bins=settings.value_bins if value_bins is None else value_bins,
+            value_bins=settings.value_bins if value_bins is None else value_bins, gate_check=gate_check,
             backward_share=settings.backward_share if backward_share is None else backward_share,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),

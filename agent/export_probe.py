@@ -60,10 +60,11 @@ def probe_table(call: Callable[..., Any], workers: int, *, progress: Callable[[i
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="nnforge-export-probe") as threads:
         for results in threads.map(run, batches):
             for row in results:
-                if isinstance(row, list) and len(row) == 4 and isinstance(row[0], str) and isinstance(row[1], str) \
+                if isinstance(row, list) and len(row) in (4, 5) and isinstance(row[0], str) and isinstance(row[1], str) \
                         and isinstance(row[2], dict):
+                    forms = [f for f in (row[4] if len(row) == 5 and isinstance(row[4], list) else []) if isinstance(f, str)]
                     table.record(row[0], {c: row[2].get(c) for c in CHECKS if row[2].get(c) in (0, 1)},
-                                 str(row[3] or ""), rank_key=row[1])
+                                 str(row[3] or ""), rank_key=row[1], forms=forms)
             done += 1
             if progress is not None:
                 progress(done, len(batches))

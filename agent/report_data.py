@@ -138,6 +138,7 @@ class CampaignView:
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
     export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
+    export_gate: str | None = None  # what the export gate checked before tests turned away (agent/export_gate.py)
     by_value_bin: tuple[YieldRow, ...] = ()  # per value bin the scheduler drew (empty with bins off)
     value_bin_kept: dict[str, tuple[int, int]] = field(default_factory=dict)  # bin -> (kept its property, known)
     by_calls_kind: tuple[YieldRow, ...] = ()  # forward only vs with a backward
@@ -286,7 +287,8 @@ def _read(db: _Db, folder: Path) -> CampaignView:
     clusters = _clusters(db, folder, started)
     series, source = _series(db, stats, clusters, started)
     return CampaignView(
-        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"), config=config, started=started, elapsed_s=elapsed,
+        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"),
+        export_gate=db.meta("export_gate"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts, gated=gated,
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),

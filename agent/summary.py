@@ -93,6 +93,8 @@ def render_summary(view: CampaignView) -> str:
     ]
     if view.export_table:
         head.append(("ONNX generation", view.export_table))
+    if view.export_gate:
+        head.append(("ONNX export gate", view.export_gate))
     if view.covered_lines is not None:
         head.append(("compiler lines covered", view.covered_lines))
     if view.llm is not None:

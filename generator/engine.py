@@ -16,7 +16,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 import z3
@@ -153,6 +153,23 @@ def instance_key(op: str, in_dtypes: Sequence[str]) -> str:
 def rank_key(op: str, first_rank: int) -> str:
     """An operator instance as far as the rank of its first input goes: `pixel_shuffle@3`."""
     return f"{op}@{first_rank}"
+
+
+def form_keys(op: str, attrs: dict[str, Any], skip: Iterable[str] = ()) -> tuple[str, ...]:
+    """An operator instance as far as the spelling of its drawn integer attributes goes:
+    `permute[dims<0]` where a dim is spelt negative. Dtype and rank keys cannot tell
+    `permute((0, 2, 1))` from `permute((0, -1, 1))`, yet the exporter carries only the first, so
+    the probe keeps such forms apart. `skip`: the attributes the solver chose (their values come
+    from sizes, not from a spelling)."""
+    skipped = set(skip)
+    out = []
+    for name, value in sorted(attrs.items()):
+        if name in skipped or isinstance(value, bool):
+            continue
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        if any(isinstance(v, int) and not isinstance(v, bool) and v < 0 for v in values):
+            out.append(f"{op}[{name}<0]")
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -296,7 +313,7 @@ class GraphGenerator:
             return False
         op = spec([v.t.sig for v in ins], self.rng, f"n{self._peek_id()}")
         in_facts = [self._facts_of(i) for i in in_ids]
-        if hopeless(op, in_facts):
+        if hopeless(op, in_facts) or self._form_blocked(op):
             self.stats.no_match += 1
             self._forget(new_ids)
             return False
@@ -367,6 +384,11 @@ class GraphGenerator:
         return bool(blocked) and (op in blocked or instance_key(op, [d for d, _ in in_sigs]) in blocked
                                   or rank_key(op, in_sigs[0][1] if in_sigs else 0) in blocked)
 
+    def _form_blocked(self, op: OpSpec) -> bool:
+        """The config blocks the spelling of this instance's drawn attributes (form_keys)."""
+        blocked = self.cfg.blocked
+        return bool(blocked) and any(k in blocked for k in form_keys(op.name, op.attrs, op.solver_attrs()))
+
     def _dooms_graph(self, before: tuple[dict, dict], root: int) -> bool:
         """Whether the node just appended is to blame for the graph's facts failing once its
         chain's root is refreshed: some op's operands left its domain, and the facts held
@@ -410,7 +432,7 @@ class GraphGenerator:
             self.stats.no_match += 1
             return False
         in_facts = [self._facts_of(i) for i in new_ids]
-        if hopeless(op, in_facts):  # lgamma of a fresh bool placeholder
+        if hopeless(op, in_facts) or self._form_blocked(op):  # lgamma of a fresh bool placeholder
             self._forget(new_ids)
             self.stats.no_match += 1
             return False

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator
 
 from nnforge.core.dtypes import ALL_DTYPES
-from nnforge.generator.engine import GeneratorConfig, generate_graph, instance_key, rank_key
+from nnforge.generator.engine import GeneratorConfig, form_keys, generate_graph, instance_key, rank_key
 from nnforge.generator.ir import Graph
 from nnforge.generator.materialize import to_program
 from nnforge.generator.spec import all_ops
@@ -37,6 +37,7 @@ class Probe:
     key: str  # instance_key of the program's one operator
     rank_key: str  # rank_key of the same
     program: str
+    forms: tuple[str, ...] = ()  # form_keys of the same: how its drawn attributes are spelt
 
 
 def onnx_config(base: GeneratorConfig, blocked: frozenset[str] = frozenset()) -> GeneratorConfig:
@@ -68,7 +69,8 @@ def probes_for(op: str, dtype: str, seed: int, count: int = PROBES_PER_PAIR) -> 
         if len(gen.graph.nodes) != 1 or not nodes:
             continue
         [(key, rank)] = node_keys(gen.graph)
-        yield Probe(key, rank, to_program(gen.graph))
+        [node] = nodes
+        yield Probe(key, rank, to_program(gen.graph), form_keys(op, node.attrs, node.solver_attrs))
 
 
 def node_keys(graph: Graph) -> list[tuple[str, str]]:

@@ -70,3 +70,34 @@ def test_onnx_tests_take_no_bfloat16_input_and_keep_other_configs_byte_for_byte(
         assert "bfloat16" not in inputs
     plain = GeneratorConfig(n_nodes=6, seed=3)
     assert to_program(generate_graph(plain).graph) == to_program(generate_graph(replace(plain, blocked=frozenset())).graph)
+
+
+def test_a_spelling_the_path_always_refuses_is_blocked_and_not_its_operator(tmp_path) -> None:
+    from nnforge.generator.engine import form_keys
+    from nnforge.oracle.export_probe import probe_program
+
+    negative = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.permute({})\n" \
+               "def make_inputs():\n    return (torch.randn(2, 3, 4),)\n"
+    refused, _ = probe_program(negative.format("(0, -1, 1)"), ("export",))
+    passed, _ = probe_program(negative.format("(0, 2, 1)"), ("export",))
+    assert refused["export"] == 0 and passed["export"] == 1  # the exporter writes perm (0, -1, 1) as it is
+    assert form_keys("permute", {"dims": (0, -1, 1)}) == ("permute[dims<0]",)
+    assert form_keys("permute", {"dims": (0, 2, 1)}) == ()
+    t = ExportTable(versions={"torch": "x"})
+    t.record("permute(float32)", refused, rank_key="permute@3", forms=["permute[dims<0]"])
+    t.record("permute(float32)", passed, rank_key="permute@3")
+    t.record("permute(int64)", refused, rank_key="permute@1", forms=["permute[dims<0]"])
+    t.record("permute(int64)", refused, rank_key="permute@1", forms=["permute[dims<0]"])
+    # the spelling is to blame, not the operator, its dtypes (int64 was only ever spelt negative) or its rank
+    assert t.blocked(["export"]) == {"permute[dims<0]"}
+    t.save(tmp_path)
+    assert load_table(tmp_path, {"torch": "x"}).blocked(["export"]) == {"permute[dims<0]"}
+    seen = 0
+    for seed in range(40):
+        gen = generate_graph(GeneratorConfig(n_nodes=3, seed=seed, ops=("permute", "sin"), onnx_only=True,
+                                             blocked=frozenset({"permute[dims<0]"})))
+        for node in gen.graph.nodes:
+            if node.op == "permute":
+                seen += 1
+                assert all(d >= 0 for d in node.attrs["dims"]), node.attrs
+    assert seen >= 10  # permute is still generated, spelt with dims >= 0
