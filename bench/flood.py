@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from nnforge.oracle.worker import parent_of  # noqa: E402  (the sandbox's own reading of /proc/<pid>/stat)
 
 NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
 STARTUP_PTH = "nnforge_flood_startup_exit.pth"
@@ -60,20 +59,23 @@ def rss_mb(pid: int) -> float | None:
         return None
 
 
-def left_behind(before: set[int]) -> list[int]:
-    """Processes started during the campaign and still alive: those whose ancestry reaches no
-    process that was already running (other than init and this script) -- other people's
-    processes that started meanwhile hang below their own long-lived parents."""
-    mine = {1, os.getpid()}
-    out = []
-    for pid in sorted(pids() - before - {os.getpid()}):
-        chain, p = [], pid
-        while p is not None and p not in before and p not in mine and len(chain) < 64:
-            chain.append(p)
-            p = parent_of(p)
-        if p in mine and rss_mb(pid):
-            out.append(pid)
-    return out
+FLOOD_TOKEN = "NNFORGE_FLOOD_RUN"  # in the campaign's environment; workers and all they start inherit it
+
+
+def carries(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def left_behind(before: set[int], token: str) -> list[int]:
+    """Processes this campaign started (they carry its token in their environment: the sandbox
+    scrubs secrets, not this) that are still alive after it ended. Other processes started
+    meanwhile on the machine do not count, whoever their parent is."""
+    needle = f"{FLOOD_TOKEN}={token}".encode()
+    return [pid for pid in sorted(pids() - before - {os.getpid()}) if rss_mb(pid) and carries(pid, needle)]
 
 
 def recorded(folder: Path) -> int:
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _flood(args: argparse.Namespace, out: Path, tally: Path) -> int:
     before = pids()
-    env = {**os.environ, "NNFORGE_WORKER_MEMORY_MB": str(args.memory_mb)}
+    token = os.urandom(8).hex()
+    env = {**os.environ, "NNFORGE_WORKER_MEMORY_MB": str(args.memory_mb), FLOOD_TOKEN: token}
     cmd = [*NNFORGE, "campaign", "--budget", f"{args.minutes * 60:.0f}s", "--targets", "faulty_chaos",
            "--workers", str(args.workers), "--timeout", str(args.timeout), "--nodes", "3", "--no-triage",
            "--llm", "none", "--plain", "-o", str(out)]
@@ -132,7 +135,7 @@ def _flood(args: argparse.Namespace, out: Path, tally: Path) -> int:
     rc = proc.wait(timeout=600)
     wall = time.monotonic() - t0
     time.sleep(2)
-    left = left_behind(before)
+    left = left_behind(before, token)
     db = sqlite3.connect(out / "store.sqlite")
     tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
     made = int(db.execute("SELECT COUNT(*) FROM queue").fetchone()[0])
