@@ -305,7 +305,8 @@ def values_line(case: TestCase, verdict: Verdict, reduction: dict[str, Any] | No
     if not parts:
         return None
     bin_name = verdict.value_bin
-    drawn = (f" (NNForge drew them from its value bin `{bin_name}`)" if bin_name and bin_name != NORMAL else "")
+    drawn = (f" (the test's values came from NNForge's value bin `{bin_name}`; inputs the reduction cut out of "
+             f"the program hold what the removed operators computed from them)" if bin_name and bin_name != NORMAL else "")
     needed = (reduction or {}).get("values_needed")
     tail = {True: " With fresh values drawn the default way (N(0, 1), integers from [-8, 8]) the bug did not show "
                   "in NNForge's rerun: it seems to need values like these.",
