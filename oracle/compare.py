@@ -184,6 +184,8 @@ def compare_tensors(expected: Any, actual: Any, *, fp64: Any = None, tie_mask: A
         return Comparison(Symptom.MISMATCH, detail=f"shape {tuple(actual.shape)} instead of {tuple(expected.shape)}")
     if expected.dtype != actual.dtype:
         return Comparison(Symptom.MISMATCH, detail=f"dtype {actual.dtype} instead of {expected.dtype}")
+    if isinstance(tie_mask, Unspecified):
+        return Comparison(Symptom.PASS, detail="computed from the index of tied values (unspecified): not compared")
     if isinstance(tie_mask, Unordered) and expected.dim() > tie_mask.dim and not expected.is_complex():
         d = tie_mask.dim  # compare as the sets they are: sorted along the unordered dim
         expected, actual = expected.sort(dim=d).values, actual.sort(dim=d).values
@@ -328,12 +330,21 @@ class Unordered:
     dim: int
 
 
+@dataclass(frozen=True)
+class Unspecified:
+    """In place of a tie mask: the leaf was computed from indices of tied values (topk or argmax
+    of a constant row, then used to index or multiply), so its value is whatever index the
+    implementation chose: not compared at all."""
+
+
 class TieRecorder:
     """A dispatch mode for the eager reference run: remembers index outputs that saw ties.
 
     Matching is by the output tensor's storage identity, so only index tensors returned from
     forward as they were produced get a mask; `masks_for(out)` maps output paths to masks.
-    Also notes whether any random op ran (`used_rng`).
+    An index output that saw a tie also taints whatever is computed from it: such an output is
+    `Unspecified` (constant and tied value bins make these common). Also notes whether any
+    random op ran (`used_rng`).
     """
 
     def __init__(self) -> None:
@@ -352,6 +363,7 @@ class TieRecorder:
 
         self._mode = _Mode()
         self._masks: dict[tuple, Any] = {}
+        self._tainted: dict[int, Any] = {}  # storage pointer -> a tensor on it (held, so the memory is not reused)
         self.used_rng = False
 
     def __enter__(self) -> "TieRecorder":
@@ -370,6 +382,9 @@ class TieRecorder:
 
         if torch.Tag.nondeterministic_seeded in func.tags:
             self.used_rng = True
+        if self._tainted and any(self._is_tainted(a) for a in _tensor_leaves((args, kwargs))):
+            for o in _tensor_leaves(out):
+                self._taint(o)
         kind = _INDEX_OPS.get(func.overloadpacket.__name__)
         if kind is None:
             return
@@ -381,12 +396,17 @@ class TieRecorder:
             keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
             mask = self._extreme_ties(x, dim, keepdim, func.overloadpacket.__name__ == "argmax")
             self._masks[self._key(out)] = mask
+            if bool(mask.any()):
+                self._taint(out)
         elif kind == "extreme_dim" and isinstance(out, (tuple, list)) and len(out) == 2:
             dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
             if dim is None or not isinstance(dim, int):
                 return
             keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
-            self._masks[self._key(out[1])] = self._extreme_ties(x, dim, keepdim, func.overloadpacket.__name__ == "max")
+            mask = self._extreme_ties(x, dim, keepdim, func.overloadpacket.__name__ == "max")
+            self._masks[self._key(out[1])] = mask
+            if bool(mask.any()):
+                self._taint(out[1])
         elif kind in ("sort", "topk") and isinstance(out, (tuple, list)) and len(out) == 2:
             values, indices = out
             if kind == "topk":
@@ -398,12 +418,22 @@ class TieRecorder:
                 # which k values is defined, their order is not: values compare sorted, indices not at all
                 self._masks[self._key(values)] = Unordered(d)
                 self._masks[self._key(indices)] = torch.ones(indices.shape, dtype=torch.bool)
+                self._taint(indices)  # and whatever is computed from them, values too: their order is free
+                self._taint(values)
                 return
             # A returned value ties when it also occurs elsewhere in its slice of the input.
             xs = x.movedim(d, -1).unsqueeze(-2)  # (..., 1, n)
             vs = values.movedim(d, -1).unsqueeze(-1)  # (..., k, 1)
             counts = (vs == xs).sum(-1)  # (..., k)
             self._masks[self._key(indices)] = (counts > 1).movedim(-1, d)
+            if bool((counts > 1).any()):
+                self._taint(indices)
+
+    def _taint(self, t: Any) -> None:
+        self._tainted[t.untyped_storage().data_ptr()] = t
+
+    def _is_tainted(self, t: Any) -> bool:
+        return t.untyped_storage().data_ptr() in self._tainted
 
     @staticmethod
     def _extreme_ties(x: Any, dim: Any, keepdim: bool, is_max: bool) -> Any:
@@ -431,7 +461,15 @@ class TieRecorder:
                 masks[path] = m
             elif m is not None and not leaf.is_floating_point() and bool(m.any()):
                 masks[path] = m.clone()
+            elif m is None and self._is_tainted(leaf):
+                masks[path] = Unspecified()
         return masks
+
+
+def _tensor_leaves(tree: Any) -> list[Any]:
+    import torch
+
+    return [x for x in torch.utils._pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
 
 
 def rmse(a: Any, b: Any) -> float:

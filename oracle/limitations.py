@@ -43,6 +43,10 @@ KNOWN: tuple[Limitation, ...] = (
                "the frontend has no converter for this ONNX operator"),
     Limitation(("tvm_frontend", "tvm_pipeline"), "Error", r".* (?:is|are) not supported yet\.?(?: .*)?", _TVM_ONNX,
                "a converter's own 'not supported yet' check for this attribute or input form"),
+    Limitation(("tvm_frontend", "tvm_pipeline"), "InternalError",
+               r"Check failed: \(data_type == PrimType::Float\(32\) \|\| data_type == PrimType::Float\(16\)\) is "
+               r"false: layer_norm: only support float32 and float16 for now", "/project/include/tvm/topi/nn/layer_norm.h",
+               "TOPI's layer_norm checks its dtype and implements float32 and float16 only (float64 'for now')"),
     Limitation(("ort_kernels", "ort_optimizer"), "NotImplemented",
                r"\[ONNXRuntimeError\] : 9 : NOT_IMPLEMENTED : Could not find an implementation for .*", None,
                "ONNX Runtime has no CPU kernel for this operator with these input types"),

@@ -161,6 +161,27 @@ def test_unsorted_topk_is_compared_as_the_set_it_is():
     assert not compare_outputs(tuple(ordered), (ordered[0].flip(-1), ordered[1]), tie_masks=rec.masks_for(tuple(ordered))).ok
 
 
+def test_what_is_computed_from_unspecified_indices_is_not_compared_and_the_rest_still_is():
+    """An ORT cluster 'wrong result on topk -> matmul' was x @ topk(x, sorted=False).indices: ORT
+    returned the same two indices in the other order. Indices of ties (argmax of a constant row)
+    are as free: what is computed from them is unspecified; what is not stays compared."""
+    import torch
+
+    from nnforge.oracle.compare import TieRecorder, Unspecified, compare_outputs
+
+    x = torch.tensor([8, 7])
+    rows = torch.full((2, 4), 3.0)
+    with TieRecorder() as rec:
+        _, idx = torch.topk(x, 2, sorted=False)
+        out = (torch.matmul(x, idx), rows.argmax(1).float() * 2.0, x * 2, torch.tensor([1.0, 5.0]).argmax())
+    masks = rec.masks_for(out)
+    assert masks["[0]"] == Unspecified() and masks["[1]"] == Unspecified()
+    assert "[2]" not in masks and "[3]" not in masks  # not computed from free indices; no tie in [1, 5]
+    other_order = (torch.matmul(x, idx.flip(0)), torch.tensor([2.0, 4.0]), x * 2, out[3])
+    assert compare_outputs(out, other_order, tie_masks=masks).ok
+    assert not compare_outputs(out, (*other_order[:2], x * 3, out[3]), tie_masks=masks).ok
+
+
 def test_a_passing_top_rung_is_the_only_rung_run_and_a_failing_one_is_blamed_by_the_ladder(pool):
     ok = Oracle(pool, ["aot_eager"]).check(TestCase(program=SMALL)).verdicts[0]
     assert ok.symptom is Symptom.PASS
