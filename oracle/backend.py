@@ -134,6 +134,11 @@ class Backend:
         raise NotImplementedError
 
     # the sequence loop ---------------------------------------------------------------------------
+    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, seed: int, call_index: int) -> Any:
+        """A backward call's gradients (core/backward.py): the same for every backend that runs
+        torch; the eager reference also records which of them follow indices of tied values."""
+        return call_gradients(model, leaves, out, seed)
+
     def compile_and_run(self, model: Any, calls: Sequence[Call], *, reset_each_call: bool = False) -> list[CallOutput]:
         """Run the whole invocation sequence on `model` (fresh, owned by this run).
 
@@ -162,7 +167,7 @@ class Backend:
                 start = time.perf_counter()
                 with grad:
                     out = self.run_one(model, args, i)
-                    grads = call_gradients(model, leaves, out, call.seed) if backward else None
+                    grads = self.gradients(model, leaves, out, call.seed, i) if backward else None
                 elapsed = time.perf_counter() - start
                 if self.torch_side_effects:
                     results.append(CallOutput(snapshot(out), snapshot(args), snapshot(_module_state(model)),

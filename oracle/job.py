@@ -177,6 +177,7 @@ class Reference:
     elapsed_s: float
     program: Program | None = None  # to replay eager for rounding-noise evidence
     _noise: Any = field(default=None, repr=False)
+    grad_tie_masks: dict[int, dict[str, Any]] = field(default_factory=dict)  # per backward call, as tie_masks
 
     def rounding_noise(self) -> Any:
         """How far rounding alone moves each float output (oracle/rounding_noise.py), measured on
@@ -220,7 +221,8 @@ def run_reference(prog: Program) -> Reference:
     bad = nonfinite_gradient(outputs)
     if bad is not None:
         raise InvalidCase(f"eager's gradient of {bad} is not finite at these values: the backward cannot be judged")
-    return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start, prog)
+    return Reference(outputs, failed, error, fp64, eager.tie_masks, eager.used_rng, time.perf_counter() - start, prog,
+                     grad_tie_masks=eager.grad_tie_masks)
 
 
 def nonfinite_gradient(outputs: list[CallOutput]) -> str | None:
@@ -322,7 +324,7 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
             parts.append((PYTHON_STATE, r.python_after, a.python_after, f.python_after if f else None, None))
             if r.grads is not None:  # a backward call: its gradients are judged like its outputs
-                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, None))
+                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, ref.grad_tie_masks.get(i)))
         for label, exp, act, f64, ties in parts:
             flat = backend.flat_outputs and label == "output"
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)

@@ -38,7 +38,9 @@ class EagerBackend(Backend):
         super().__init__(**params)
         self.record = record
         self.tie_masks: dict[int, dict[str, Any]] = {}
+        self.grad_tie_masks: dict[int, dict[str, Any]] = {}  # per backward call: gradients that follow tied indices
         self.used_rng = False
+        self._recorder: Any = None  # the last call's, so that its backward sees what its forward tainted
 
     @classmethod
     def version(cls) -> str:
@@ -54,10 +56,20 @@ class EagerBackend(Backend):
         before = torch.get_rng_state()
         with TieRecorder() as rec:
             out = model(*args)
+        self._recorder = rec
         # a seeded op that drew nothing (rrelu with training=False, dropout with p=0 in eval) is deterministic
         self.used_rng = self.used_rng or (rec.used_rng and not torch.equal(before, torch.get_rng_state()))
         self.tie_masks[call_index] = rec.masks_for(out)
         return out
+
+    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, seed: int, call_index: int) -> Any:
+        rec = self._recorder if self.record else None
+        if rec is None:
+            return super().gradients(model, leaves, out, seed, call_index)
+        with rec:  # the backward of an index op on ties routes its gradient by the index chosen
+            grads = super().gradients(model, leaves, out, seed, call_index)
+        self.grad_tie_masks[call_index] = rec.masks_for(grads)
+        return grads
 
 
 class TorchCompileBackend(Backend):

@@ -96,3 +96,24 @@ def test_a_gradient_that_is_not_finite_at_the_values_makes_the_test_invalid_not_
 def test_a_program_writing_into_its_input_stays_valid_under_a_backward(pool):
     v = Oracle(pool, ["aot_eager"]).check(TestCase(program=IN_PLACE, calls=BACKWARD)).verdicts[0]
     assert v.symptom is Symptom.PASS, v.detail
+
+
+def test_a_gradient_routed_by_the_index_of_tied_values_is_not_compared_and_the_others_are():
+    """max(dim) of a constant row sends its gradient to whichever index it chose: another backend
+    choosing another is right. The eager reference records that, through the backward too."""
+    from nnforge.oracle.backend import Call
+    from nnforge.oracle.compare import Unspecified, compare_outputs
+    from nnforge.oracle.torch_backends import EagerBackend
+
+    class RowMaxAndSin(torch.nn.Module):
+        def forward(self, x, y):
+            return (x.max(dim=1).values * 2, y.sin())
+
+    eager = EagerBackend(record=True)
+    out = eager.compile_and_run(RowMaxAndSin(), [Call(args=(torch.full((2, 4), 3.0), torch.randn(3)), backward=True)])
+    masks = eager.grad_tie_masks[0]
+    assert masks == {"['input 0']": Unspecified()}  # input 1's gradient does not depend on a tie
+    grads = out[0].grads
+    other_choice = {**grads, "input 0": grads["input 0"].flip(1)}
+    assert compare_outputs(grads, other_choice, tie_masks=masks).ok
+    assert not compare_outputs(grads, {**grads, "input 1": grads["input 1"] + 1}, tie_masks=masks).ok
