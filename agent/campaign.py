@@ -649,16 +649,17 @@ class Campaign:
             if fresh:
                 new.append(f"cov:{fresh}")  # not remembered as seen: every new line is news
         t_search = float(result.timings.get("prepare_s", 0.0))
+        drawn = _requested_bin(case)
         finding_id = self.store.record_verdict(test, verdict, t_search=round(t_search, 4),
                                                t_oracle=round(max(done.wall_s - t_search, 0.0), 4),
                                                elapsed_s=round(self.elapsed(), 2), novel=bool(new),
                                                compiler=compiler_record(result, test.target),
                                                pkey=root_cause_key(verdict, case) if verdict.is_bug else None,
-                                               value_bin=_requested_bin(case), value_bin_kept=_bin_kept(case, verdict),
+                                               value_bin=drawn, value_bin_kept=_bin_kept(case, verdict),
                                                calls_kind=calls_kind(case))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
-        self.scheduler.reward_bin(_requested_bin(case), 1.0 if new else 0.0)
+        self.scheduler.reward_bin(drawn, 1.0 if new else 0.0)
         if new:
             self.counters.novel += 1
             self.last_new = time.monotonic()

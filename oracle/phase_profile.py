@@ -53,8 +53,10 @@ def split_compile(delta: dict[str, float], rung_s: float) -> dict[str, float]:
     backend_s = min(g(_USER_COMPILER), compile_s)
     inductor_s = min(g(_INDUCTOR), backend_s)
     cpp_s = min(g(_CPP), inductor_s)
-    codegen_s = max(0.0, min(g(_CODEGEN), inductor_s) - cpp_s)
-    load_s = max(0.0, min(g(_LOAD) + g(_ASYNC_WAIT), inductor_s) - max(0.0, cpp_s - min(g(_CODEGEN), cpp_s)))
+    codegen_all = min(g(_CODEGEN), inductor_s)
+    cpp_in_codegen = min(codegen_all, cpp_s)  # the C++ compiler runs inside code generation, the rest while loading
+    codegen_s = codegen_all - cpp_in_codegen
+    load_s = max(0.0, min(g(_LOAD) + g(_ASYNC_WAIT), inductor_s) - (cpp_s - cpp_in_codegen))
     lowering_s = max(0.0, inductor_s - cpp_s - codegen_s - load_s)
     return {
         "dynamo": compile_s - backend_s,

@@ -71,10 +71,6 @@ class ValueBin:
 # ------------------------------------------------------------------------------- helpers
 
 
-def _uniform(like: torch.Tensor, lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
-    return torch.empty(like.shape, dtype=torch.float64).uniform_(lo, hi, generator=gen)
-
-
 def _normal(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.randn(like.shape, dtype=torch.float64, generator=gen)
 
@@ -161,9 +157,7 @@ def _int_positive(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def _int_negative(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    lo, hi = input_int_range(from_torch(like.dtype))
-    if lo >= 0:  # an unsigned dtype has no negative values: its smallest ones instead
-        return torch.randint(0, 2, like.shape, generator=gen)
+    lo, _ = input_int_range(from_torch(like.dtype))  # (bin_for gives unsigned dtypes `tiny` instead)
     return torch.randint(lo, 0, like.shape, generator=gen)
 
 
