@@ -45,6 +45,7 @@ from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
 from nnforge.agent.lock import CampaignLock
 from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
+from nnforge.core.backward import differentiable
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
@@ -554,8 +555,8 @@ class Campaign:
             case = mutant
             mutator_name = str(mutant.meta.get("mutator") or arm.category)
         if (self.cfg.backward_share > 0 and not is_onnx_target(arm.target) and not any(c.backward for c in case.calls)
-                and self.rng.random() < self.cfg.backward_share):
-            case = case.with_(calls=tuple(replace(c, backward=True) for c in case.calls))
+                and self.rng.random() < self.cfg.backward_share and differentiable(case.program)):
+            case = case.with_(calls=tuple(c.with_backward() for c in case.calls))
         if self.store.has_test(case.case_id, arm.target):
             self.counters.duplicates += 1
             self._dup_streak[arm.key] += 1

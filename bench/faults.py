@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-value-bins", dest="value_bins", action="store_false",
                     help="campaigns draw every test's values the default way (value bins off)")
+    ap.add_argument("--backward-share", type=float, default=None,
+                    help="share of tests whose calls also run a backward (default: the campaign's own; 0: forward only)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of faults already judged under --out with the same budget and targets")
     ap.add_argument("--max-rerun", type=int, default=40,

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from nnforge.core.backward import differentiable
+from nnforge.core.calls import CallStep
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.generator.engine import GeneratorConfig
 from nnforge.generator.seeds import generate_cases
@@ -90,7 +92,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
     """`families`: value bins (oracle/value_bins.py) the programs take in turn; None: no bins.
     `backward`: every call also runs a backward; a gradient that is not finite at the values
     found counts as a failure of the search (the test could not be judged)."""
-    searched = success = needed = needed_ok = crashed = invalid = grad_bad = 0
+    searched = success = needed = needed_ok = crashed = invalid = grad_bad = not_differentiable = 0
     per_bin: dict[str, list[int]] = {}  # bin -> [programs searched, all finite, property kept]
     times: list[float] = []
     culprits: dict[str, int] = {}
@@ -102,7 +104,10 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             print(f"  {nodes} nodes: {k} programs, {success}/{searched} all finite", file=sys.stderr, flush=True)
         family = families[k % len(families)] if families else None
         if backward:
-            calls = [{**c, "backward": True} for c in (calls or [{}])]
+            if not differentiable(program):  # the campaign gives these no backward step either
+                not_differentiable += 1
+                continue
+            calls = [CallStep.from_json(c).with_backward().to_json() for c in (calls or [{}])]
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [], "value_bin": family,
                               "search": True, "search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
@@ -146,7 +151,8 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
             "crashed": crashed, "invalid": invalid, "generator_hung": hung, "generator_failed": broken, "median_ms": statistics.median(times) if times else 0.0,
             "p90_ms": times[int(0.9 * (len(times) - 1))] if times else 0.0,
             "culprits": sorted(culprits.items(), key=lambda kv: -kv[1])[:8], "failures": failures,
-            "per_bin": per_bin, "gradient_not_finite": grad_bad}
+            "per_bin": per_bin, "gradient_not_finite": grad_bad,
+            "not_differentiable": not_differentiable}
 
 
 def main() -> None:
@@ -191,7 +197,8 @@ def main() -> None:
         print(f"{r['nodes']:>5} {r['searched']:>8} {rate:>10.1f}% {r['needed']:>14} {rep:>9} {r['median_ms']:>10.2f} {r['p90_ms']:>8.2f}")
     for r, secs in rows:
         print(f"  {r['nodes']} nodes: {r['invalid']} eager-invalid, {r['crashed']} worker deaths, "
-              f"{r['gradient_not_finite']} with a gradient not finite (--backward), "
+              f"{r['gradient_not_finite']} with a gradient not finite and {r['not_differentiable']} not differentiable "
+              f"(--backward), "
               f"generator hung on seeds {r['generator_hung']}, failed on seeds {r['generator_failed']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
     if families:

@@ -7,7 +7,7 @@ repro writer all replay the same sequence.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -47,6 +47,22 @@ class CallStep:
     set_globals: dict[str, Any] = field(default_factory=dict)  # program global -> JSON value
     # the call also runs a backward: its gradients are compared like its outputs (core/backward.py)
     backward: bool = False
+    # training steps (core/backward.py): after the backward, the parameters' gradients go into
+    # `.grad` and the run's optimizer ("sgd" | "adam", made on first use, kept for the sequence)
+    # steps; `.grad` is cleared before the call; named parameters stop or start requiring grad
+    # before the call; the backward runs a second time through the retained graph
+    optimizer: str | None = None
+    zero_grad: bool = False
+    param_requires_grad: dict[str, bool] = field(default_factory=dict)
+    retain_graph: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer is not None and self.optimizer not in OPTIMIZER_KINDS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; known: {', '.join(OPTIMIZER_KINDS)}")
+        if (self.optimizer is not None or self.retain_graph) and not self.backward:
+            raise ValueError("an optimizer step or a second backward needs the call's backward (\"backward\": true)")
+        if self.backward and self.grad_enabled is False:
+            raise ValueError("a call that runs a backward cannot run under no_grad (\"grad_enabled\": false)")
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {}
@@ -64,11 +80,19 @@ class CallStep:
             d["set_globals"] = dict(self.set_globals)
         if self.backward:
             d["backward"] = True
+        if self.optimizer is not None:
+            d["optimizer"] = self.optimizer
+        if self.zero_grad:
+            d["zero_grad"] = True
+        if self.param_requires_grad:
+            d["param_requires_grad"] = dict(self.param_requires_grad)
+        if self.retain_graph:
+            d["retain_graph"] = True
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CallStep":
-        unknown = set(d) - {"inputs", "reset_cache", "mode", "grad_enabled", "set_attrs", "set_globals", "backward"}
+        unknown = set(d) - STEP_KEYS
         if unknown:
             raise ValueError(f"unknown keys in call step: {sorted(unknown)}")
         return cls(
@@ -78,8 +102,26 @@ class CallStep:
             grad_enabled=d.get("grad_enabled"),
             set_attrs=dict(d.get("set_attrs", {})),
             set_globals=dict(d.get("set_globals", {})),
-            backward=bool(d.get("backward", False)),
+            # (before stop 28 a no_grad call could say backward: it ran forward only, and reads so)
+            backward=bool(d.get("backward", False)) and d.get("grad_enabled") is not False,
+            optimizer=d.get("optimizer"),
+            zero_grad=bool(d.get("zero_grad", False)),
+            param_requires_grad={str(k): bool(v) for k, v in dict(d.get("param_requires_grad", {})).items()},
+            retain_graph=bool(d.get("retain_graph", False)),
         )
+
+    def with_backward(self) -> "CallStep":
+        """The same call with a backward (out of no_grad: a backward needs the graph)."""
+        return replace(self, backward=True, grad_enabled=None if self.grad_enabled is False else self.grad_enabled)
+
+    def forward_only(self) -> "CallStep":
+        """The same call without its backward and what needs it (optimizer step, second backward)."""
+        return replace(self, backward=False, optimizer=None, retain_graph=False)
+
+
+OPTIMIZER_KINDS = ("sgd", "adam")
+STEP_KEYS = frozenset({"inputs", "reset_cache", "mode", "grad_enabled", "set_attrs", "set_globals", "backward",
+                       "optimizer", "zero_grad", "param_requires_grad", "retain_graph"})
 
 
 SINGLE_CALL: tuple[CallStep, ...] = (CallStep(),)

@@ -16,8 +16,10 @@ class CallStepError(ValueError):
 
 
 def apply_state(step: CallStep, model: Any, module: Any) -> None:
-    """Apply the step's mode, attribute and global changes before its call."""
+    """Apply the step's mode, attribute, global and training-state changes before its call."""
     import torch
+
+    from nnforge.core.backward import set_param_requires_grad, zero_grad
 
     if step.mode == "train":
         model.train()
@@ -34,10 +36,18 @@ def apply_state(step: CallStep, model: Any, module: Any) -> None:
         setattr(obj, last, value)
     for name, value in step.set_globals.items():
         setattr(module, name, value)
+    if step.zero_grad:
+        zero_grad(model)
+    if step.param_requires_grad:
+        try:
+            set_param_requires_grad(model, step.param_requires_grad)
+        except KeyError as e:
+            raise CallStepError(f"call step changes requires_grad of a parameter the model lacks: {e}") from e
 
 
 def changes_state(step: CallStep) -> bool:
-    return step.mode is not None or bool(step.set_attrs) or bool(step.set_globals)
+    return (step.mode is not None or bool(step.set_attrs) or bool(step.set_globals) or step.zero_grad
+            or bool(step.param_requires_grad))
 
 
 def build_args(base: tuple[Any, ...], changes: tuple[InputChange, ...], seed: int) -> tuple[Any, ...]:

@@ -22,16 +22,19 @@ from nnforge.core.testcase import TestCase
 from nnforge.mutators.ast_tools import (Anchor, Fact, ProgramContractError, ProgramTree, facts_from_graph, guard,
                                         instantiate, tensor_guard)
 
-# Category ids of TAXONOMY.md, in its order, plus "stateful" for invocation-sequence mutators.
+# Category ids of TAXONOMY.md, in its order, plus "stateful" for invocation-sequence mutators and
+# "training" for sequences that train the model (backward, optimizer steps; mutators/training.py).
 FRONTEND_CATEGORIES = ("A1", "A2", "A3", "B1", "B2", "C1", "D1", "D2", "E1", "E2", "F1", "F2", "G1", "G2", "H1")
 BACKEND_CATEGORIES = ("I1", "I2", "I3", "J1", "K1")
 STATEFUL = "stateful"
-CATEGORIES = FRONTEND_CATEGORIES + BACKEND_CATEGORIES + (STATEFUL,)
+TRAINING = "training"
+SEQUENCE_CATEGORIES = (STATEFUL, TRAINING)  # mutants that change the calls, not the program
+CATEGORIES = FRONTEND_CATEGORIES + BACKEND_CATEGORIES + SEQUENCE_CATEGORIES
 
 # A probe answers "does this case run in eager?" (on a sandbox worker, never in this process).
 Probe = Callable[[TestCase], bool]
 
-MUTATOR_MODULES = ("rules_frontend", "rules_backend", "sequence")
+MUTATOR_MODULES = ("rules_frontend", "rules_backend", "sequence", "training")
 
 
 class Mutator(ABC):

@@ -34,7 +34,7 @@ from nnforge.core.llm import LLMClient, LLMUnavailable, cache_key
 from nnforge.core.prompt_files import prompt_text, render  # noqa: F401  (re-exported)
 from nnforge.core.testcase import TestCase
 from nnforge.mutators.ast_tools import ProgramContractError, ProgramTree
-from nnforge.mutators.base import CATEGORIES, STATEFUL, Mutator, Probe, derive, ensure_calls, mutators_for
+from nnforge.mutators.base import CATEGORIES, SEQUENCE_CATEGORIES, Mutator, Probe, derive, ensure_calls, mutators_for
 from nnforge.mutators.examples import ExampleBank
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class LLMMutator(Mutator):
                       examples=format_examples([e.program for e in examples]))
         ids = [e.example_id for e in examples]
         user = task
-        stateful = self.category == STATEFUL
+        stateful = self.category in SEQUENCE_CATEGORIES  # the reply carries a calls sequence
         error = ""
         for attempt in range(self.max_repairs + 1):
             reply = self.client.complete(system, user, purpose=f"mutate {self.category}" + (" repair" if attempt else ""))

@@ -46,6 +46,7 @@ def measure_compile(payload: dict[str, Any]) -> dict[str, Any]:
     import torch._dynamo as dynamo
     from torch._dynamo.utils import counters
 
+    from nnforge.core.backward import run_step
     from nnforge.core.replay import apply_state, build_args
     from nnforge.mutators.validate import _load
 
@@ -88,8 +89,7 @@ def measure_compile(payload: dict[str, Any]) -> dict[str, Any]:
             args = build_args(base, step.inputs, seed * 1000 + i)
             apply_state(step, model, module)
             torch.manual_seed(seed + i)
-            with torch.set_grad_enabled(torch.is_grad_enabled() if step.grad_enabled is None else step.grad_enabled):
-                compiled(*args)
+            run_step(compiled, model, args, step, seed + i)
             log["executed"].append(list(current))
         log["counters"] = {k: dict(v) for k, v in counters.items()}
         return log
@@ -120,6 +120,7 @@ def measure_compile(payload: dict[str, Any]) -> dict[str, Any]:
         "noncontiguous_inputs": any(g["noncontiguous"] for g in retained["graphs"]),
         "empty_values": any(g["empty"] for g in retained["graphs"]),
         "noncontiguous_values": sum(g["noncontiguous_values"] for g in retained["graphs"]),
+        "grad_graphs": sum(bool(g["requires_grad"]) for g in retained["graphs"]),
         "executed": retained["executed"],
     })
     if payload.get("reset_run") and len(steps) > 1:
@@ -180,8 +181,9 @@ def _graph_facts(gm: Any, example_inputs: list[Any]) -> dict[str, Any]:
                 noncontig |= not x.is_contiguous()
             except Exception:  # symbolic strides
                 pass
+    grad = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
     return {"ops": sorted(ops), "dtypes": sorted(dtypes), "symbolic": symbolic, "noncontiguous": noncontig,
-            "empty": empty, "noncontiguous_values": strided}
+            "empty": empty, "noncontiguous_values": strided, "requires_grad": grad}
 
 
 # -- in the parent: the category rules --------------------------------------------------------------------------
@@ -269,6 +271,10 @@ REACH_RULES: dict[str, tuple[str, Callable[[dict, dict], bool]]] = {
     # seq_grad_mode does; leaving it out measured that mutator at 0% while its sequences did recompile.
     "stateful": ("recompiles with guard failures on a later call, or a graph that differs from the reset run",
                  lambda m, s: stateful_differs(m)),
+    # AOTAutograd traces a joint forward-backward graph exactly where a captured graph's inputs
+    # require grad under grad mode (generator seeds run under no_grad: none of theirs do)
+    "training": ("more captured graphs whose inputs require grad (AOTAutograd's joint graph and the backward)",
+                 lambda m, s: m.get("grad_graphs", 0) > s.get("grad_graphs", 0)),
 }
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from nnforge.core.calls import SINGLE_CALL, CallStep
+from nnforge.core.backward import run_step
 from nnforge.core.replay import apply_state, build_args
 from nnforge.core.testcase import TestCase
 
@@ -106,9 +107,8 @@ def run_eager(payload: dict[str, Any]) -> dict[str, Any]:
                 args = build_args(base, step.inputs, seed * 1000 + i)
                 apply_state(step, model, module)
                 torch.manual_seed(seed + i)
-                with torch.set_grad_enabled(torch.is_grad_enabled() if step.grad_enabled is None else step.grad_enabled):
-                    out = model(*args)
-                outs.append(_detach(out))
+                out, grads = run_step(model, model, args, step, seed + i)
+                outs.append(_detach(out if grads is None else (out, grads)))
             runs.append(outs)
         except Exception as e:  # the mutant is invalid; say where
             return {"ok": False, "stage": stage, "error": f"{type(e).__name__}: {str(e)[:500]}", "calls": len(steps)}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Callable, ClassVar, Sequence
 
-from nnforge.core.backward import call_gradients, with_grad_inputs
+from nnforge.core.backward import call_gradients, optimizer_step, with_grad_inputs
 from nnforge.core.python_state import python_state
 
 BACKEND_MODULES = (
@@ -49,6 +49,8 @@ class Call:
     seed: int = 0  # torch.manual_seed before the call: random ops agree with eager (fallback_random)
     program_globals: dict[str, Any] | None = None  # the program module's globals (its own copy for this run)
     backward: bool = False  # differentiate the outputs and return the gradients too (core/backward.py)
+    optimizer: str | None = None  # then a training step with this run's optimizer of that kind
+    retain_graph: bool = False  # the backward a second time through the retained graph
 
 
 @dataclass(frozen=True)
@@ -134,10 +136,10 @@ class Backend:
         raise NotImplementedError
 
     # the sequence loop ---------------------------------------------------------------------------
-    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, seed: int, call_index: int) -> Any:
+    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, call: Call, call_index: int) -> Any:
         """A backward call's gradients (core/backward.py): the same for every backend that runs
         torch; the eager reference also records which of them follow indices of tied values."""
-        return call_gradients(model, leaves, out, seed)
+        return call_gradients(model, leaves, out, call.seed, twice=call.retain_graph)
 
     def compile_and_run(self, model: Any, calls: Sequence[Call], *, reset_each_call: bool = False) -> list[CallOutput]:
         """Run the whole invocation sequence on `model` (fresh, owned by this run).
@@ -167,7 +169,9 @@ class Backend:
                 start = time.perf_counter()
                 with grad:
                     out = self.run_one(model, args, i)
-                    grads = self.gradients(model, leaves, out, call.seed, i) if backward else None
+                    grads = self.gradients(model, leaves, out, call, i) if backward else None
+                if backward and call.optimizer is not None:
+                    optimizer_step(model, grads or {}, call.optimizer)  # parameters compared after the call
                 elapsed = time.perf_counter() - start
                 if self.torch_side_effects:
                     results.append(CallOutput(snapshot(out), snapshot(args), snapshot(_module_state(model)),

@@ -133,7 +133,7 @@ class Program:
                 args = tuple(to_float64(a) for a in args)
             calls.append(Call(args=args, before=_state_changer(step, module), grad_enabled=step.grad_enabled,
                               reset_cache=step.reset_cache, seed=self.seed + i, program_globals=vars(module),
-                              backward=step.backward))
+                              backward=step.backward, optimizer=step.optimizer, retain_graph=step.retain_graph))
         return model, calls
 
 
@@ -320,11 +320,12 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
         f = ref.fp64[i] if ref.fp64 is not None and i < len(ref.fp64) else None
         parts = [("output", r.outputs, a.outputs, f.outputs if f else None, ref.tie_masks.get(i))]
         if backend.torch_side_effects:
+            if r.grads is not None:  # a backward call: its gradients are judged like its outputs, and
+                # before the state, which an optimizer step computed from them
+                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, ref.grad_tie_masks.get(i)))
             parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
             parts.append((PYTHON_STATE, r.python_after, a.python_after, f.python_after if f else None, None))
-            if r.grads is not None:  # a backward call: its gradients are judged like its outputs
-                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, ref.grad_tie_masks.get(i)))
         for label, exp, act, f64, ties in parts:
             flat = backend.flat_outputs and label == "output"
             c = compare_outputs(exp, act, fp64=f64, tie_masks=ties, tensors_only=flat)
@@ -623,7 +624,7 @@ def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, An
         try:
             inputs, plan = apply_family(family, model, inputs, prog.seed)
             res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", VALUE_SEARCH_BUDGET_MS)),
-                              seed=prog.seed).run(model, inputs, plan=plan)
+                              seed=prog.seed, backward=any(s.backward for s in prog.steps)).run(model, inputs, plan=plan)
             inputs = tuple(res.inputs)
             if res.state_dict:
                 model.load_state_dict(res.state_dict)

@@ -644,3 +644,104 @@ def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch
     except (RuntimeError, TypeError, ValueError, IndexError):
         return None
     return loss if loss is not None and loss.requires_grad else None
+
+
+# -- derivative poles: finite values whose gradient is not ----------------------------------------
+# A test that runs a backward is judged only where its gradients are finite too. Some operators
+# are finite on a closed domain whose edge is a pole of their derivative (sqrt at 0, asin at
+# ±1), or have a derivative that overflows long before their value does (1 / x is 1e20 where
+# its slope is 1e40). Value search (in backward mode) finds the operator whose backward turned
+# finite gradients into non-finite ones and descends the loss this table gives for its inputs:
+# zero once every element is a margin away from the pole.
+DERIVATIVE_POLES: dict[str, LossFn] = {}
+
+
+def derivative_pole(*names: str) -> Callable[[LossFn], LossFn]:
+    def register(fn: LossFn) -> LossFn:
+        for n in names:
+            DERIVATIVE_POLES[n] = fn
+        return fn
+
+    return register
+
+
+@derivative_pole("sqrt", "rsqrt", "log", "log2", "log10")
+def _pole_at_zero(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, MARGIN)
+
+
+@derivative_pole("log1p")
+def _pole_at_minus_one(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, -1.0 + MARGIN)
+
+
+@derivative_pole("asin", "acos", "atanh")
+def _poles_at_unit(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _above(x.abs(), 1.0 - MARGIN)
+
+
+@derivative_pole("acosh")
+def _pole_at_one(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _below(x, 1.0 + MARGIN)
+
+
+@derivative_pole("reciprocal")
+def _reciprocal_slope(args, kwargs, dtype):
+    x = _float(_arg(args, kwargs, 0, "input", "self"))
+    return None if x is None else _away_from_zero(x, DIVISOR_EPS)
+
+
+@derivative_pole("div", "remainder", "fmod", "xlogy")
+def _divisor_slope(args, kwargs, dtype):
+    y = _float(_arg(args, kwargs, 1, "other"))
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+
+
+@derivative_pole("rdiv")
+def _rdivisor_slope(args, kwargs, dtype):
+    y = _float(_arg(args, kwargs, 0, "self", "input"))
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+
+
+def _pow_slope(base: Any, exponent: Any) -> torch.Tensor | None:
+    """b ** e: slope e * b ** (e - 1) has a pole at b = 0 for e < 1, and the slope in a tensor
+    exponent, b ** e * log(b), is NaN at b = 0 whatever e is."""
+    b = _float(base)
+    if b is None:
+        return None
+    if isinstance(exponent, torch.Tensor) and exponent.requires_grad:
+        return _away_from_zero(b, MARGIN)
+    e = float(exponent) if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
+    if e is None or e >= 1.0 or (e.is_integer() and e >= 0):
+        return None
+    return _away_from_zero(b, MARGIN)
+
+
+@derivative_pole("pow")
+def _pow_pole(args, kwargs, dtype):
+    return _pow_slope(_arg(args, kwargs, 0, "input", "self"), _arg(args, kwargs, 1, "exponent", "other"))
+
+
+@derivative_pole("rpow")
+def _rpow_pole(args, kwargs, dtype):
+    return _pow_slope(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"))
+
+
+def derivative_pole_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+    """The loss that moves operator `name`'s inputs off the poles of its derivative, and its
+    kind as `repair_loss` names them: "domain" (the table's, positive), "magnitude" (no entry,
+    or none of its elements near a pole: an overflowing slope, which shrinking cures), "none"."""
+    fn = DERIVATIVE_POLES.get(name)
+    if fn is not None:
+        try:
+            loss = fn(args, kwargs, dtype)
+        except (RuntimeError, TypeError, ValueError, IndexError):
+            loss = None
+        if loss is not None and float(loss.detach()) > 0.0:
+            return (loss, "domain") if loss.requires_grad else (None, "none")
+    loss = magnitude_loss(args, kwargs, dtype)
+    return loss, ("magnitude" if loss is not None else "none")

@@ -62,12 +62,12 @@ class EagerBackend(Backend):
         self.tie_masks[call_index] = rec.masks_for(out)
         return out
 
-    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, seed: int, call_index: int) -> Any:
+    def gradients(self, model: Any, leaves: dict[int, Any], out: Any, call: Any, call_index: int) -> Any:
         rec = self._recorder if self.record else None
         if rec is None:
-            return super().gradients(model, leaves, out, seed, call_index)
+            return super().gradients(model, leaves, out, call, call_index)
         with rec:  # the backward of an index op on ties routes its gradient by the index chosen
-            grads = super().gradients(model, leaves, out, seed, call_index)
+            grads = super().gradients(model, leaves, out, call, call_index)
         self.grad_tie_masks[call_index] = rec.masks_for(grads)
         return grads
 
@@ -120,6 +120,17 @@ class TorchCompileBackend(Backend):
 
     def run_one(self, model: Any, args: tuple[Any, ...], call_index: int) -> Any:
         return self._compiled(*args)
+
+    def compile_and_run(self, model: Any, calls: Any, *, reset_each_call: bool = False) -> Any:
+        if not any(c.retain_graph for c in calls):
+            return super().compile_and_run(model, calls, reset_each_call=reset_each_call)
+        import torch._functorch.config as functorch_config
+
+        # AOTAutograd donates saved buffers to the backward, and then refuses (by design, with
+        # a message saying so) a second backward through the same graph; a sequence that asks
+        # for one turns donation off, the documented way to make it valid (repro.py does too)
+        with functorch_config.patch(donated_buffer=False):
+            return super().compile_and_run(model, calls, reset_each_call=reset_each_call)
 
 
 @register_backend

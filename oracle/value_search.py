@@ -64,7 +64,7 @@ from nnforge.core.dtypes import INT_SEARCH_WIDEN, from_torch, int_search_range
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.safe_domain import (
     CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH, TIES, POLES,
-    hinge_for, op_info, repair_loss,
+    derivative_pole_loss, hinge_for, op_info, repair_loss,
 )
 
 # Integer-only operators: the float proxy through which a gradient reaches their operand (the
@@ -352,6 +352,9 @@ class _Interceptor(TorchFunctionMode):
         self.searching = False
         self.abort = True
         self.seen: set[tuple[int, str]] = set()  # (call index, op) of earlier culprits
+        # backward mode: the operator whose backward the last check found non-finite; the next
+        # search run stops there with its derivative-pole loss (once: the check after it judges)
+        self.grad_focus: tuple[int, str] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -397,6 +400,12 @@ class _Interceptor(TorchFunctionMode):
                 args, kwargs = d_args, d_kwargs
         target = args[0] if out is None and info.inplace and args else out
         key = (self.index, info.name)
+        if key == self.grad_focus:
+            loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
+            self.culprit, self.culprit_key = info.name, key
+            self.culprit_dtype = _dtype_of(target)
+            self.loss, self.loss_kind = derivative_pole_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype)
+            raise _Stop
         if _nonfinite_in(target):
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
             self.culprit, self.culprit_key = info.name, key
@@ -706,6 +715,47 @@ def diagnose_program(payload: dict) -> dict:
 # --------------------------------------------------------------------------- the search
 
 
+class _GradWatch(TorchFunctionMode):
+    """Numbers operator calls as _Interceptor does and hooks each result's autograd node, so
+    that a backward names the first operator (in the order the backward meets them) that
+    receives finite gradients and passes non-finite ones on to its inputs: the origin of a
+    non-finite gradient, not the operators it then flows through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index = 0
+        self.culprit: tuple[int, str] | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        info = op_info(func)
+        self.index += 1
+        out = func(*args, **kwargs)
+        target = args[0] if out is None and info.inplace and args else out
+        first = next((t for t in tree_flatten(target)[0] if isinstance(t, torch.Tensor)), None)
+        node = getattr(first, "grad_fn", None)
+        if node is not None:
+            key = (self.index, info.name)
+            node.register_hook(lambda to_inputs, from_outputs, key=key: self._seen(key, to_inputs, from_outputs))
+        return out
+
+    def _seen(self, key: tuple[int, str], to_inputs: tuple, from_outputs: tuple) -> None:
+        if self.culprit is None and not _nonfinite_tree(list(from_outputs)) and _nonfinite_tree(list(to_inputs)):
+            self.culprit = key
+
+
+def _nonfinite_gradients(out: Any, wrt: list[torch.Tensor], seed: int) -> bool:
+    """Whether the gradients of the cotangent-weighted float outputs (core/backward.py's loss)
+    with respect to `wrt` hold NaN or Inf."""
+    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
+    if not outs or not wrt:
+        return False
+    gen = torch.Generator().manual_seed(int(seed))
+    loss = sum((t.to(torch.float64) * torch.randn(t.shape, generator=gen, dtype=torch.float64)).sum() for t in outs)
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    return _nonfinite_tree([g for g in grads if g is not None])
+
+
 @dataclass
 class _Slot:
     """One float tensor being optimised: `work` is what the program sees (original dtype and
@@ -735,6 +785,7 @@ class _Outcome:
     dtype: torch.dtype | None = None
     ties: bool = False  # the loss met values exactly on a forbidden point (safe_domain.TieBreak)
     poles: bool = False  # the run passed a gradient through an operator with a pole (PoleCrossing)
+    gradient: bool = False  # the culprit's forward is finite, its backward is not (backward mode)
 
 
 class ValueSearch:
@@ -752,6 +803,7 @@ class ValueSearch:
         lr: float = 0.2,
         patience: int = 12,
         max_descent: int = 40,
+        backward: bool = False,
     ) -> None:
         self.budget_ms = budget_ms
         self.max_iters = max_iters
@@ -759,6 +811,8 @@ class ValueSearch:
         self.lr = lr
         self.patience = patience
         self.max_descent = max_descent  # gradient steps from one start before resampling
+        # the test runs a backward: values count as finite only where the gradients are too
+        self.backward = backward
 
     def run(self, model: torch.nn.Module, inputs: tuple, plan: Any = None) -> SearchResult:
         """`plan` (oracle/value_bins.ValuePlan): the bins the values were drawn from, whose
@@ -783,7 +837,7 @@ class ValueSearch:
 
 
 def replace_budget(cfg: ValueSearch, budget_ms: float) -> ValueSearch:
-    return ValueSearch(budget_ms, cfg.max_iters, cfg.seed, cfg.lr, cfg.patience, cfg.max_descent)
+    return ValueSearch(budget_ms, cfg.max_iters, cfg.seed, cfg.lr, cfg.patience, cfg.max_descent, cfg.backward)
 
 
 class _Run:
@@ -890,11 +944,40 @@ class _Run:
             return _Outcome(error=f"exception: {type(e).__name__}: {str(e)[:300]}")
         finally:
             mode.shadows = {}
+            if searching:
+                mode.grad_focus = None
         if mode.culprit is not None:
             return self._culprit_outcome()
         if _nonfinite_tree(out):
             return _Outcome("output", (-1, "output"), _total(None, mode.hinges), ties=TIES.seen, poles=POLES.seen)
+        if not searching and self.cfg.backward:
+            return self._backward_check()
         return _Outcome()
+
+    def _backward_check(self) -> _Outcome:
+        """Backward mode, on values whose forward is finite: run the program's backward (the
+        outputs weighted by fixed random cotangents, as the test's own backward is) and name the
+        operator whose backward made finite gradients non-finite; the next search run descends
+        its derivative-pole loss (safe_domain.DERIVATIVE_POLES) there."""
+        with torch.no_grad():
+            for b, snapshot in self.buffers:
+                b.copy_(snapshot)
+        torch.default_generator.manual_seed(self.cfg.seed)
+        args = [x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                else x.detach().clone() if isinstance(x, torch.Tensor) else x for x in self.values]
+        watch = _GradWatch()
+        try:
+            with torch.enable_grad(), watch:
+                out = self.model(*tree_unflatten(args, self.spec))
+            bad = _nonfinite_gradients(out, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+                                       + [p for p, _, _, _ in self.params], self.cfg.seed)
+        except Exception:  # a backward that raises is the test's to judge, not the search's
+            return _Outcome()
+        if not bad:
+            return _Outcome()
+        key = watch.culprit or (-1, "backward")
+        self.mode.grad_focus = watch.culprit
+        return _Outcome(key[1], key, None, gradient=True)
 
     def _culprit_outcome(self) -> _Outcome:
         mode = self.mode
@@ -1120,6 +1203,10 @@ class _Run:
                 if check.error is None and check.culprit is None:
                     return self._finish(True, None, iterations, initially_finite=False)
                 outcome = check
+                if check.gradient and self.mode.grad_focus is not None:
+                    culprit, last = check.culprit, check
+                    iterations += 1
+                    continue  # the next search run stops at the operator and descends its loss
             if undo is not None and _reach(outcome) < undo[0]:
                 # The last step broke an operator that ran before the culprit it repaired (it
                 # overshot into another's domain): take it back. If an integer input moved, try

@@ -117,3 +117,93 @@ def test_a_gradient_routed_by_the_index_of_tied_values_is_not_compared_and_the_o
     other_choice = {**grads, "input 0": grads["input 0"].flip(1)}
     assert compare_outputs(grads, other_choice, tie_masks=masks).ok
     assert not compare_outputs(grads, {**grads, "input 1": grads["input 1"] + 1}, tie_masks=masks).ok
+
+
+# -- training sequences -----------------------------------------------------------------------------------
+def _train(**kw):
+    return CallStep(backward=True, **kw)
+
+
+def test_training_steps_round_trip_and_contradictions_are_refused():
+    step = _train(optimizer="adam", zero_grad=True, param_requires_grad={"lin": False}, retain_graph=True)
+    assert CallStep.from_json(step.to_json()) == step
+    with pytest.raises(ValueError, match="needs the call's backward"):
+        CallStep(optimizer="sgd")
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        _train(optimizer="lbfgs")
+    with pytest.raises(ValueError, match="no_grad"):
+        CallStep(backward=True, grad_enabled=False)
+    # what older cases said (a no_grad call "with" a backward) is what ran: forward only
+    assert CallStep.from_json({"backward": True, "grad_enabled": False}).backward is False
+    assert CallStep(grad_enabled=False).with_backward() == CallStep(backward=True)
+    assert step.forward_only() == CallStep(zero_grad=True, param_requires_grad={"lin": False})
+
+
+def test_an_optimizer_sequence_moves_the_parameters_each_step_and_compiled_agrees(pool):
+    from nnforge.oracle.backend import Call
+    from nnforge.oracle.program_loader import load_program
+    from nnforge.oracle.torch_backends import EagerBackend
+
+    module = load_program(LINEAR_SIN, name="train_seq")
+    torch.manual_seed(0)
+    model = module.Model()
+    before = model.lin.weight.detach().clone()
+    x = torch.randn(2, 4)
+    outs = EagerBackend().compile_and_run(model, [Call(args=(x,), backward=True, optimizer="adam"),
+                                                  Call(args=(x,), backward=True, optimizer="adam"), Call(args=(x,))])
+    w = [o.state_after["lin.weight"] for o in outs]
+    assert not torch.equal(w[0], before) and not torch.equal(w[1], w[0]) and torch.equal(w[2], w[1])
+    seq = (_train(optimizer="sgd"), _train(optimizer="sgd", zero_grad=True), CallStep(grad_enabled=False))
+    v = Oracle(pool, ["aot_eager"]).check(TestCase(program=LINEAR_SIN, calls=seq)).verdicts[0]
+    assert v.symptom is Symptom.PASS, v.detail
+    wrong = Oracle(pool, ["faulty_grad_perturb"]).check(TestCase(program=LINEAR_SIN, calls=seq)).verdicts[0]
+    assert wrong.symptom is Symptom.MISMATCH and wrong.gradient == "param lin.weight" and wrong.call_index == 0
+
+
+def test_a_second_backward_through_the_retained_graph_is_compared_and_a_frozen_parameter_has_no_gradient(pool):
+    seq = (_train(retain_graph=True),)
+    v = Oracle(pool, ["faulty_grad_perturb"]).check(TestCase(program=LINEAR_SIN, calls=seq)).verdicts[0]
+    assert v.symptom is Symptom.MISMATCH
+    from nnforge.oracle.backend import Call
+    from nnforge.oracle.program_loader import load_program
+    from nnforge.oracle.torch_backends import EagerBackend
+    from nnforge.core.replay import apply_state
+
+    module = load_program(LINEAR_SIN, name="freeze_seq")
+    model = module.Model()
+    freeze = _train(param_requires_grad={"lin": False})
+    outs = EagerBackend().compile_and_run(model, [
+        Call(args=(torch.randn(2, 4),), backward=True, retain_graph=True),
+        Call(args=(torch.randn(2, 4),), backward=True, before=lambda m: apply_state(freeze, m, module))])
+    assert {"param lin.weight (second backward)", "input 0 (second backward)"} <= set(outs[0].grads)
+    assert set(outs[1].grads) == {"input 0"}  # lin's parameters no longer require grad
+
+
+NAN_GRADIENT = '''
+import torch
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return (torch.sqrt(x) + torch.acos(torch.tanh(20.0 * y)),)
+
+def make_inputs():
+    x = torch.rand(4, 4)
+    x[0, 0] = 0.0  # sqrt is finite at 0, its slope is not
+    return (x, torch.randn(4, 4))
+'''
+
+
+def test_value_search_moves_values_off_a_pole_of_the_derivative_when_the_test_runs_a_backward(pool):
+    from nnforge.oracle.value_search import ValueSearch
+    from nnforge.oracle.program_loader import load_program
+
+    module = load_program(NAN_GRADIENT, name="nan_gradient")
+    model, inputs = module.Model(), module.make_inputs()
+    assert ValueSearch(seed=0).run(model, inputs).initially_finite  # the forward alone is fine
+    res = ValueSearch(seed=0, backward=True, budget_ms=3000).run(model, inputs)
+    assert res.success and not res.initially_finite
+    args, leaves = with_grad_inputs(tuple(res.inputs))
+    grads = call_gradients(model, leaves, model(*args), seed=0)
+    assert all(bool(torch.isfinite(g).all()) for g in grads.values())
+    v = Oracle(pool, ["aot_eager"]).check(TestCase(program=NAN_GRADIENT, calls=BACKWARD)).verdicts[0]
+    assert v.symptom is Symptom.PASS, v.detail  # judged, not invalid

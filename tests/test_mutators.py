@@ -80,7 +80,9 @@ def test_each_mutator_makes_valid_mutants_on_generator_seeds(pool, seeds):
     for name in all_mutators():
         # seq_state needs attributes/globals a rule introduces (tested below), seq_mode a program that
         # reads the mode (tests/test_mutators_reach.py)
-        if name not in ("seq_state", "seq_mode"):
+        # train_optimizer and train_freeze a parameter, which a minority of generator programs create
+        # (tests them below, on one that does)
+        if name not in ("seq_state", "seq_mode", "train_optimizer", "train_freeze"):
             assert len(made[name]) >= N_SEEDS // 2, f"{name} made only {len(made[name])} mutants"
     flat = [(name, c) for name, cs in made.items() for c in cs]
     results = checks(pool, [c for _, c in flat])
@@ -150,3 +152,52 @@ def test_mutate_cli_writes_valid_case_folders_and_lists_mutators(tmp_path, seeds
     assert listing.exit_code == 0
     for cat in TAXONOMY_IDS:
         assert cat in listing.output
+
+
+def test_training_mutators_train_a_generator_program_and_reach_a_joint_graph():
+    import random
+
+    from nnforge.generator.engine import GeneratorConfig
+    from nnforge.generator.seeds import generate_case
+    from nnforge.mutators.base import TRAINING
+    from nnforge.mutators.reach import measure_compile, reach
+
+    seed, _ = generate_case(GeneratorConfig(n_nodes=8, seed=0))
+    base = measure_compile({"program": seed.program, "calls": [c.to_json() for c in seed.calls]})
+    training = [m for m in all_mutators().values() if m.category == TRAINING]
+    assert {m.name for m in training} >= {"train_backward", "train_optimizer", "train_freeze", "train_no_grad",
+                                          "train_retain_graph"}
+    rng = random.Random(0)
+    for m in training:
+        assert m.applicable(seed), m.name
+        mutant = m.mutate(seed, rng)
+        assert mutant is not None and mutant.program == seed.program and any(c.backward for c in mutant.calls)
+        rec = measure_compile({"program": mutant.program, "calls": [c.to_json() for c in mutant.calls]})
+        assert rec["ok"], (m.name, rec.get("error"))
+        assert reach(TRAINING, rec, base), m.name  # a graph whose inputs require grad: AOTAutograd's joint graph
+
+
+def test_train_backward_keeps_a_stateful_sequence_and_trains_every_call():
+    from nnforge.core.calls import CallStep
+    from nnforge.core.testcase import TestCase
+
+    case = TestCase(program=_LINEAR, calls=(CallStep(grad_enabled=False), CallStep(reset_cache=True)))
+    mutant = get_mutator("train_backward").mutate(case, __import__("random").Random(0))
+    assert [c.backward for c in mutant.calls] == [True, True] and mutant.calls[1].reset_cache
+    assert mutant.calls[0].grad_enabled is None  # out of no_grad: a backward needs the graph
+
+
+_LINEAR = '''
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+def make_inputs():
+    return (torch.randn(2, 4),)
+'''

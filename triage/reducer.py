@@ -59,6 +59,16 @@ def describe_reduction(before: dict[str, Any], after: dict[str, Any]) -> str:
     return f"reduced from {size_words(before)} to {size_words(after)}"
 
 
+# Ways to make a training sequence simpler, tried in order on every call at once: no backward at
+# all, then no optimizer steps, no second backward, no requires_grad toggles.
+TRAINING_SIMPLIFICATIONS = (
+    lambda s: s.forward_only(),
+    lambda s: replace(s, optimizer=None, zero_grad=False),
+    lambda s: replace(s, retain_graph=False),
+    lambda s: replace(s, param_requires_grad={}),
+)
+
+
 @dataclass(frozen=True)
 class ReductionResult:
     case: TestCase  # the reduced case, with its values
@@ -229,9 +239,12 @@ class _Run:
     # -- passes -------------------------------------------------------------------------------------
     def pass_calls(self) -> None:
         base = self.current
-        if any(step.backward for step in base.calls):  # a bug the forward shows needs no backward
-            q0 = self.queries
-            self.interesting(base.with_(calls=tuple(replace(s, backward=False) for s in base.calls)))
+        if any(step.backward for step in base.calls):  # a bug the forward shows needs no backward,
+            q0 = self.queries  # and a wrong gradient needs no optimizer step or second backward
+            for simpler in TRAINING_SIMPLIFICATIONS:
+                calls = tuple(simpler(s) for s in self.current.calls)
+                if calls != self.current.calls:
+                    self.interesting(self.current.with_(calls=calls))
             self._log("backward", base, q0)
             base = self.current
         if len(base.calls) < 2:

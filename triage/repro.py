@@ -184,6 +184,10 @@ def _call_code(i: int, step: CallStep) -> str:
         lines.append(f"    repro_set_attr(model, {path!r}, {value!r})")
     for name, value in step.set_globals.items():
         lines.append(f"    globals()[{name!r}] = {value!r}")
+    if step.zero_grad:
+        lines.append("    zero_grad(model)")
+    if step.param_requires_grad:
+        lines.append(f"    set_param_requires_grad(model, {dict(step.param_requires_grad)!r})")
     if i > 0 and step.reset_cache:
         lines.append("    reset()  # the sequence drops the compiler's cache before this call")
     lines.append(f"    args = repro_args({i})")
@@ -192,7 +196,11 @@ def _call_code(i: int, step: CallStep) -> str:
         lines.append(f"    torch.manual_seed({i})")
         lines.append("    with torch.enable_grad():")
         lines.append("        out = fn(*args)")
-        lines.append(f"        gradients = call_gradients(model, leaves, out, {i})  # the backward of this call")
+        twice = ", twice=True" if step.retain_graph else ""
+        what = "the backward of this call" + (", twice through the retained graph" if step.retain_graph else "")
+        lines.append(f"        gradients = call_gradients(model, leaves, out, {i}{twice})  # {what}")
+        if step.optimizer is not None:
+            lines.append(f"        optimizer_step(model, gradients, {step.optimizer!r})  # a training step: this model's own optimizer")
         lines.append("    return (out, {'gradients': gradients}), args")
         return "\n".join(lines) + "\n"
     lines.append(f"    torch.manual_seed({i})")
@@ -372,9 +380,12 @@ def python_state_source() -> str:
 
     from nnforge.core import backward as bw
 
-    return (f"ATTRIBUTE_PREFIX = {ps.ATTRIBUTE_PREFIX!r}\nGLOBAL_PREFIX = {ps.GLOBAL_PREFIX!r}\n\n\n"
-            + inspect.getsource(ps.python_state) + "\n\n" + inspect.getsource(bw.with_grad_inputs) + "\n\n"
-            + inspect.getsource(bw.call_gradients))
+    training = (bw.with_grad_inputs, bw.call_gradients, bw.optimizer_step, bw.zero_grad, bw.set_param_requires_grad)
+    return (f"ATTRIBUTE_PREFIX = {ps.ATTRIBUTE_PREFIX!r}\nGLOBAL_PREFIX = {ps.GLOBAL_PREFIX!r}\n"
+            f"SECOND_BACKWARD = {bw.SECOND_BACKWARD!r}\nOPTIMIZER_SETTINGS = {bw.OPTIMIZER_SETTINGS!r}\n"
+            "import weakref\n_OPTIMIZERS = weakref.WeakKeyDictionary()  # model -> {kind: its optimizer}\n\n\n"
+            + inspect.getsource(ps.python_state) + "\n\n"
+            + "\n\n".join(inspect.getsource(fn) for fn in training))
 
 
 def program_global_names(program: str) -> list[str]:
@@ -450,6 +461,9 @@ def write_repro(case: TestCase, verdict: Verdict, *, target: str | None = None, 
     program_names = program_global_names(case.program)
     restored = sorted({name for step in case.calls for name in step.set_globals} | set(program_names))
     calls_code = "\n\n".join(_call_code(i, step) for i, step in enumerate(case.calls))
+    if any(step.retain_graph for step in case.calls):  # as the oracle runs it (oracle/torch_backends.py)
+        calls_code = ("import torch._functorch.config\n\n# a second backward through a retained graph is valid only "
+                      "without donated buffers\ntorch._functorch.config.donated_buffer = False\n\n\n" + calls_code)
     timeout = max(60.0, 4 * float(verdict.timings.get("elapsed_s", 0.0) or 0.0))
     settings = "\n".join([
         f"REPRO_SYMPTOM = {symptom!r}",

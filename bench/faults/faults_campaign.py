@@ -84,6 +84,8 @@ def run_campaign(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace
            "--workers", str(args.workers), "--llm", "none", "--seed", str(args.seed), "--plain", "-o", str(folder)]
     if not getattr(args, "value_bins", True):
         cmd.append("--no-value-bins")
+    if getattr(args, "backward_share", None) is not None:
+        cmd += ["--backward-share", str(args.backward_share)]
     log = folder.with_suffix(".log")
     fired_log(folder).unlink(missing_ok=True)
     with planted([fault.name], fired_log=fired_log(folder)), open(log, "w") as out:
@@ -177,7 +179,8 @@ def _stored_row(folder: Path, args: argparse.Namespace, fault: fault_hook.Fault)
     except (OSError, ValueError):
         return None
     if data.get("minutes") != args.minutes or data.get("targets") != (args.targets or fault.target) \
-            or data.get("value_bins", True) != getattr(args, "value_bins", True) or len(data.get("row", ())) != len(HEADER):
+            or data.get("value_bins", True) != getattr(args, "value_bins", True)
+            or data.get("backward_share") != getattr(args, "backward_share", None) or len(data.get("row", ())) != len(HEADER):
         return None
     return tuple(data["row"])
 
@@ -205,7 +208,7 @@ def run_benchmark(faults: list[fault_hook.Fault], args: argparse.Namespace) -> i
         rows.append(res.row())
         (folder / "result.json").write_text(json.dumps(
             {"minutes": args.minutes, "targets": args.targets or fault.target, "seed": args.seed,
-             "value_bins": getattr(args, "value_bins", True),
+             "value_bins": getattr(args, "value_bins", True), "backward_share": getattr(args, "backward_share", None),
              "found_clusters": res.found_clusters, "row": list(res.row())}, indent=1))
         print(f"    found: {'yes' if res.found else 'no'}; {res.tests} tests; fired {res.fired}; clusters "
               f"{len(res.found_clusters)}/{res.clusters} show it; {time.time() - t0:.0f} s", flush=True)
