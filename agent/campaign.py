@@ -450,7 +450,7 @@ class Campaign:
     _resume_overrides: dict[str, Any] = {}
 
     def _build(self) -> None:
-        from nnforge.mutators.base import CATEGORIES, all_mutators
+        from nnforge.mutators.base import CATEGORIES, TRAINING, all_mutators
 
         cfg = self.cfg
         self.rng = random.Random(cfg.seed + len(self.runs) * 7919)
@@ -488,6 +488,8 @@ class Campaign:
             categories = list(CATEGORIES)
         else:
             categories = [c for c in CATEGORIES if any(m.category == c for m in offline.values())]
+        if cfg.backward_share == 0:  # forward only: no training mutants either
+            categories = [c for c in categories if c != TRAINING]
         self.offline = offline
         self.scheduler = Scheduler(list(self.sources), categories if cfg.mutate_prob > 0 else [], cfg.targets,
                                    prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed,

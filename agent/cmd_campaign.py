@@ -84,7 +84,9 @@ def campaign(
                                                                    "parent unreadable) or basic (scrubbed env only)."),
     backward_share: Optional[float] = typer.Option(None, "--backward-share",
                                                    help="Share of torch.compile tests whose calls also run a backward "
-                                                        "and compare gradients (default: NNFORGE_BACKWARD_SHARE, 0.2)."),
+                                                        "and compare gradients, besides the training mutants; 0: "
+                                                        "forward only, no training mutants (default: "
+                                                        "NNFORGE_BACKWARD_SHARE, 0.2)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
