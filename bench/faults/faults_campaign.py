@@ -178,9 +178,9 @@ def _stored_row(folder: Path, args: argparse.Namespace, fault: fault_hook.Fault)
         data = json.loads((folder / "result.json").read_text())
     except (OSError, ValueError):
         return None
-    if data.get("minutes") != args.minutes or data.get("targets") != (args.targets or fault.target) \
+    if (data.get("minutes") != args.minutes or data.get("targets") != (args.targets or fault.target)
             or data.get("value_bins", True) != getattr(args, "value_bins", True)
-            or data.get("backward_share") != getattr(args, "backward_share", None) or len(data.get("row", ())) != len(HEADER):
+            or data.get("backward_share") != getattr(args, "backward_share", None) or len(data.get("row", ())) != len(HEADER)):
         return None
     return tuple(data["row"])
 
