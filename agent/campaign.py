@@ -46,6 +46,7 @@ from nnforge.agent.lock import CampaignLock
 from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
 from nnforge.core.backward import differentiable
+from nnforge.generator.pack import pack_cases, programs_in
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
@@ -109,6 +110,7 @@ class CampaignConfig:
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
+    pack: int = 1  # generator programs per torch.compile seed test (generator/pack.py)
     gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0
@@ -544,6 +546,16 @@ class Campaign:
             self.counters.generate_failed += 1
             self.display.event(f"seed source {arm.source} failed: {type(e).__name__}: {e}")
             return None
+        if self.cfg.pack > 1 and not arm.mutates and arm.source == "generator" and not is_onnx_target(arm.target):
+            try:  # more programs in the same compilation (a mutant rewrites one program: never packed)
+                seed_case = pack_cases([seed_case] + [source.draw(arm.target, self.rng)[0]
+                                                      for _ in range(self.cfg.pack - 1)])
+            except Exception as e:
+                if _is_disk_full(e):
+                    raise
+                self.counters.generate_failed += 1
+                self.display.event(f"packing {self.cfg.pack} programs failed: {type(e).__name__}: {e}")
+                return None
         t_gen = time.perf_counter() - t0
         case, mutator_name, t_mut = seed_case, None, 0.0
         if arm.mutates:
@@ -659,7 +671,7 @@ class Campaign:
                                                compiler=compiler_record(result, test.target),
                                                pkey=root_cause_key(verdict, case) if verdict.is_bug else None,
                                                value_bin=drawn, value_bin_kept=_bin_kept(case, verdict),
-                                               calls_kind=calls_kind(case))
+                                               calls_kind=calls_kind(case), programs=programs_in(case))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
         self.scheduler.reward_bin(drawn, 1.0 if new else 0.0)

@@ -18,7 +18,8 @@ Tables and columns (the HTML report and summary read them):
   torch.compile targets only: oracle/dynamo_record.py), `value_bin` (the value bin the scheduler
   drew the test's values from, oracle/value_bins.py; NULL with bins off) and `value_bin_kept` (1
   when the values kept its property through value search, 0 when they had to leave it),
-  `calls_kind` ("forward" or "forward + backward": whether the test's calls ran a backward).
+  `calls_kind` ("forward" or "forward + backward": whether the test's calls ran a backward),
+  `programs` (generator programs in the test: a pack's members, generator/pack.py; else 1).
   `origin` holds the seed source as well.
 - `llm_cache`: the campaign's LLM replies by prompt hash (`key`, `model`, `purpose`, `tokens`,
   `created`, `reply`), so DIR holds them and a resumed campaign asks the model nothing twice
@@ -91,7 +92,8 @@ CREATE TABLE IF NOT EXISTS llm_cache (
 TEST_COLUMNS = (("source", "TEXT"), ("mutator", "TEXT"), ("category", "TEXT"), ("arm", "TEXT"),
                 ("t_generate", "REAL"), ("t_mutate", "REAL"), ("t_search", "REAL"), ("t_oracle", "REAL"),
                 ("elapsed_s", "REAL"), ("novel", "INTEGER"), ("test_no", "INTEGER"), ("graph_breaks", "TEXT"),
-                ("recompiles", "TEXT"), ("value_bin", "TEXT"), ("value_bin_kept", "INTEGER"), ("calls_kind", "TEXT"))
+                ("recompiles", "TEXT"), ("value_bin", "TEXT"), ("value_bin_kept", "INTEGER"), ("calls_kind", "TEXT"),
+                ("programs", "INTEGER"))
 
 STATS_COLUMNS = ("ts", "elapsed_s", "tests", "tests_per_min", "bugs", "clusters", "invalid", "worker_restarts",
                  "timeouts", "segfaults", "rss_mb", "covered_lines", "json")
@@ -167,7 +169,8 @@ class CampaignStore(Store):
     def record_verdict(self, test: QueuedTest, verdict: Verdict, *, t_search: float, t_oracle: float,
                        elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None,
                        pkey: str | None = None, value_bin: str | None = None,
-                       value_bin_kept: bool | None = None, calls_kind: str | None = None) -> int | None:
+                       value_bin_kept: bool | None = None, calls_kind: str | None = None,
+                       programs: int = 1) -> int | None:
         """Write the test's verdict, its finding when it is a bug, and mark the queue row done, in
         one transaction: a finding is in the store before anything else is done with it.
         `compiler`: {"graph_breaks": [...], "recompiles": [...]} Dynamo recorded (NULL columns without).
@@ -182,8 +185,8 @@ class CampaignStore(Store):
             self._db.execute(
                 "INSERT INTO tests (case_id, folder, origin, target, symptom, rung, verdict_json, created, source, "
                 "mutator, category, arm, t_generate, t_mutate, t_search, t_oracle, elapsed_s, novel, test_no, "
-                "graph_breaks, recompiles, value_bin, value_bin_kept, calls_kind) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "graph_breaks, recompiles, value_bin, value_bin_kept, calls_kind, programs) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(case_id, target) DO UPDATE SET folder = excluded.folder, origin = excluded.origin, "
                 "symptom = excluded.symptom, rung = excluded.rung, verdict_json = excluded.verdict_json, "
                 "created = excluded.created, source = excluded.source, mutator = excluded.mutator, "
@@ -192,11 +195,11 @@ class CampaignStore(Store):
                 "elapsed_s = excluded.elapsed_s, novel = excluded.novel, test_no = excluded.test_no, "
                 "graph_breaks = excluded.graph_breaks, recompiles = excluded.recompiles, "
                 "value_bin = excluded.value_bin, value_bin_kept = excluded.value_bin_kept, "
-                "calls_kind = excluded.calls_kind",
+                "calls_kind = excluded.calls_kind, programs = excluded.programs",
                 (test.case_id, test.folder, test.source, verdict.target, verdict.symptom.value, verdict.rung,
                  verdict.dumps(), now, test.source, test.mutator, test.category, test.arm, test.t_generate,
                  test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no, gb, rc, value_bin,
-                 None if value_bin_kept is None else int(value_bin_kept), calls_kind))
+                 None if value_bin_kept is None else int(value_bin_kept), calls_kind, int(programs)))
             if verdict.is_bug:
                 self._db.execute(
                     "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created, pkey) "

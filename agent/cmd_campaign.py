@@ -87,6 +87,9 @@ def campaign(
                                                         "and compare gradients, besides the training mutants; 0: "
                                                         "forward only, no training mutants (default: "
                                                         "NNFORGE_BACKWARD_SHARE, 0.2)."),
+    pack: Optional[int] = typer.Option(None, "--pack", help="Generator programs judged together in one "
+                                                            "torch.compile test (generator/pack.py; default: "
+                                                            "NNFORGE_PACK, 1)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
@@ -133,6 +136,8 @@ def campaign(
         fail("--mutate-prob must be between 0 and 1")
     if backward_share is not None and not 0.0 <= backward_share <= 1.0:
         fail("--backward-share must be between 0 and 1")
+    if pack is not None and not 1 <= pack <= 16:
+        fail("--pack must be between 1 and 16")
     display = StatusDisplay(console, live=False if plain else None)
     if resume is not None:
         run = Campaign.resume(resume, budget_s=budget_s, display=display,
@@ -148,6 +153,7 @@ def campaign(
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,
             value_bins=settings.value_bins if value_bins is None else value_bins, gate_check=gate_check,
             backward_share=settings.backward_share if backward_share is None else backward_share,
+            pack=settings.pack if pack is None else pack,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))

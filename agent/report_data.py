@@ -143,6 +143,7 @@ class CampaignView:
     value_bin_kept: dict[str, tuple[int, int]] = field(default_factory=dict)  # bin -> (kept its property, known)
     by_calls_kind: tuple[YieldRow, ...] = ()  # forward only vs with a backward
     gated: dict[str, int] = field(default_factory=dict)  # target -> tests stopped by the ONNX export in front of it
+    programs: int = 0  # generator programs the tests held (a pack holds several: generator/pack.py); 0: not recorded
 
     @property
     def bug_clusters(self) -> tuple[ClusterRow, ...]:
@@ -295,7 +296,14 @@ def _read(db: _Db, folder: Path) -> CampaignView:
         stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
         scheduler=_scheduler(db, clusters), timeline_source=source, series=series, compiler=_compiler_reasons(db),
         waiting=_waiting(db), by_value_bin=tuple(r for r in _yield(db, "value_bin") if r.key != "(none)"),
-        value_bin_kept=_bins_kept(db), by_calls_kind=tuple(r for r in _yield(db, "calls_kind") if r.key != "(none)"))
+        value_bin_kept=_bins_kept(db), by_calls_kind=tuple(r for r in _yield(db, "calls_kind") if r.key != "(none)"),
+        programs=_programs(db) if "programs" in tcols else 0)
+
+
+def _programs(db: Any) -> int:
+    """Programs over all tests (a row without the column's value counts as one program)."""
+    row = db.rows("SELECT SUM(COALESCE(programs, 1)) AS n FROM tests")
+    return int(row[0]["n"] or 0) if row else 0
 
 
 def _max_test_elapsed(db: _Db) -> float:

@@ -84,6 +84,9 @@ def render_summary(view: CampaignView) -> str:
         ("sandbox", view.sandbox or "not recorded"),
         ("tests", view.tests),
         ("tests per minute", f"{view.tests_per_min:.1f} ({view.tests_per_min_per_worker:.1f} per worker)"),
+    ] + ([("programs (tests pack several generator programs)",
+           f"{view.programs} ({view.programs / (view.elapsed_s / 60.0):.1f} per minute)" if view.elapsed_s >= 1.0
+           else str(view.programs))] if view.programs > view.tests else []) + [
         ("bug verdicts", view.bugs),
         ("unique bugs (clusters whose repro.py reproduced)", len(view.bug_clusters)),
         ("invalid", f"{view.invalid} ({_pct(view.invalid / view.tests) if view.tests else '0.0%'})"),

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     # Share of torch.compile tests whose calls also run a backward, gradients compared like
     # outputs (core/backward.py); ONNX targets stay forward-only.
     backward_share: float = Field(0.2, ge=0.0, le=1.0)
+    # Generator programs packed into one torch.compile test (generator/pack.py): fixed costs
+    # (tracing, a C++ compile, loading, the reference) paid once for this many programs.
+    pack: int = Field(1, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

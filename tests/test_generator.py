@@ -938,3 +938,35 @@ def test_odd_powers_of_values_below_zero_are_not_pooled():
     log_probs = Facts(-math.inf, 0.0, hi_limit=True, negative=True)  # log_softmax over 2 or more
     assert _facts_through("lp_pool1d", [("float32", 3)], [log_probs], norm_type=3.0)[0]  # a cube sum < 0
     assert not _facts_through("lp_pool1d", [("float32", 3)], [log_probs], norm_type=2.0)[0]
+
+
+def test_a_pack_computes_each_member_on_inputs_of_its_own():
+    import torch
+
+    from nnforge.generator.pack import member_of_output, pack_cases, programs_in
+    from nnforge.oracle.program_loader import load_program
+
+    cases = [generate_case(GeneratorConfig(n_nodes=6, seed=s))[0] for s in (1, 2, 3)]
+    packed = pack_cases(cases)
+    assert programs_in(packed) == 3 and packed.meta["pack"] == [1, 2, 3]
+    assert packed.meta["n_nodes"] == sum(c.meta["n_nodes"] for c in cases)
+    mod = load_program(packed.program, name="packed")
+    torch.manual_seed(0)
+    model, inputs = mod.Model(), mod.make_inputs()
+    outs = model(*inputs)
+    assert len(outs) == sum(packed.meta["pack_outputs"])
+    # member 1 alone, on its slice of the inputs and its parameters, gives its slice of the outputs
+    counts_in = [len(Graph.from_json(c.graph).inputs) for c in cases]
+    member = load_program(cases[1].program, name="member1")
+    alone = member.Model()
+    names = [n for n, _ in alone.named_parameters()]
+    packed_params = list(model.parameters())
+    before = len(Graph.from_json(cases[0].graph).weights)
+    with torch.no_grad():
+        for n, p in zip(names, packed_params[before:before + len(names)]):
+            getattr(alone, n).copy_(p)
+    got = alone(*inputs[counts_in[0]:counts_in[0] + counts_in[1]])
+    first = packed.meta["pack_outputs"][0]
+    for a, b in zip(got, outs[first:first + len(got)]):
+        assert torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, equal_nan=True))
+    assert member_of_output(packed, first) == 1 and member_of_output(packed, 0) == 0

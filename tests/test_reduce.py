@@ -136,3 +136,18 @@ def test_reduce_command_writes_a_reduced_case_folder(tmp_path):
     assert "reduced from 9 operators" in r.output and "to 1 operator," in r.output and "queries" in r.output
     reduced = TestCase.load(out)
     assert (out / "verdict.json").is_file() and "sin" in op_names(reduced) and reduced.inputs is not None
+
+
+def test_a_pack_reduces_to_the_member_that_holds_the_bug(pool):
+    """Packing k programs needs no unpacking step: the graph pass deletes the other members."""
+    from nnforge.generator.pack import pack_cases
+
+    guilty = _generated_with("sin")
+    others = [c for c in (generate_case(GeneratorConfig(seed=s, ops=OPS, n_nodes=6))[0] for s in range(100, 130))
+              if "sin" not in c.meta["ops"]][:2]
+    packed = pack_cases([others[0], guilty, others[1]])
+    verdict, case = _check(pool, packed, "faulty_crash:sin")
+    assert verdict.symptom is Symptom.CRASH
+    res = Reducer(pool, "faulty_crash:sin", max_queries=60).reduce(case, verdict)
+    assert "sin" in op_names(res.case.program)
+    assert len(res.case.program.splitlines()) < len(guilty.program.splitlines())  # less than one member is left

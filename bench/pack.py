@@ -1,0 +1,79 @@
+"""Packing: programs judged per minute when k generated programs share one compilation.
+
+    .venv/bin/python bench/pack.py --rounds 6 --nodes 10 --ks 1 2 4 8
+
+Each round draws fresh generator programs for every k in turn (so machine noise falls on every
+k alike), packs them (generator/pack.py) and judges the pack on the target as a campaign test
+would be judged (value search, the top rung, the ladder on a disagreement), on one sandbox
+worker whose Inductor cache is warm from a first, unmeasured pack. Printed per k: programs
+judged, judged per minute (programs in valid packs over their seconds), median seconds per
+program, share of packs that could not be judged (a pack is invalid when any member is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from nnforge.generator.engine import GeneratorConfig
+from nnforge.generator.pack import pack_cases
+from nnforge.generator.seeds import generate_case
+from nnforge.oracle.oracle import Oracle
+from nnforge.oracle.sandbox import WorkerPool
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--nodes", type=int, default=10)
+    ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--target", default="inductor")
+    ap.add_argument("--seed", type=int, default=10_000)
+    args = ap.parse_args(argv)
+    rows = {k: {"programs": 0, "judged": 0, "seconds": 0.0, "per_program": [], "packs": 0, "invalid": 0,
+                "bugs": 0} for k in args.ks}
+    next_seed = args.seed
+    with WorkerPool(1) as pool:
+        oracle = Oracle(pool, [args.target])
+
+        def draw(k: int) -> object:
+            nonlocal next_seed
+            cases = [generate_case(GeneratorConfig(n_nodes=args.nodes, seed=next_seed + i))[0] for i in range(k)]
+            next_seed += k
+            return pack_cases(cases)
+
+        oracle.check(draw(2))  # warm-up: imports, the first compile of the process
+        for r in range(args.rounds):
+            for k in args.ks:
+                case = draw(k)
+                t0 = time.perf_counter()
+                v = oracle.check(case).verdicts[0]
+                dt = time.perf_counter() - t0
+                row = rows[k]
+                row["packs"] += 1
+                row["programs"] += k
+                if v.symptom.value == "invalid":
+                    row["invalid"] += 1
+                else:
+                    row["judged"] += k
+                    row["seconds"] += dt
+                    row["per_program"].append(dt / k)
+                    row["bugs"] += int(v.is_bug)
+            print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+    print(f"{'k':>3} {'programs':>9} {'judged':>7} {'judged/min':>11} {'median s/program':>17} {'invalid packs':>14} "
+          f"{'bug packs':>10}")
+    base = None
+    for k in args.ks:
+        row = rows[k]
+        rate = 60.0 * row["judged"] / row["seconds"] if row["seconds"] else 0.0
+        base = base or rate
+        med = statistics.median(row["per_program"]) if row["per_program"] else float("nan")
+        print(f"{k:>3} {row['programs']:>9} {row['judged']:>7} {rate:>11.1f} {med:>17.2f} "
+              f"{row['invalid']:>7}/{row['packs']:<6} {row['bugs']:>10}   ({rate / base:.2f}x k=1)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
