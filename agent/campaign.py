@@ -110,7 +110,7 @@ class CampaignConfig:
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
-    pack: int = 1  # generator programs per torch.compile seed test (generator/pack.py)
+    pack: int = 2  # generator programs per torch.compile seed test (generator/pack.py; core/settings.py)
     gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0
@@ -224,10 +224,8 @@ class HistorySource:
 
 def history_prior(folders: list[str]) -> dict[str, float]:
     """The category mix of the history behind the seeds (empty when unknown or unavailable)."""
-    try:
-        from nnforge.generator.history_seeds import category_prior
-    except ImportError:
-        return {}
+    from nnforge.generator.history_seeds import category_prior
+
     mix: Counter[str] = Counter()
     for folder in folders:
         for cat, share in category_prior(folder).items():

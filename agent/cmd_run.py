@@ -31,7 +31,9 @@ def run(
     timeout: float = typer.Option(None, "--timeout", help="Seconds per worker call (default: NNFORGE_WORKER_TIMEOUT_S)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
     save_values: bool = typer.Option(False, "--save-values", help="Save the chosen values even if the folder has some."),
-    search_budget_ms: Optional[float] = typer.Option(None, "--search-budget-ms", help="Value search time budget."),
+    value_search_budget_ms: Optional[float] = typer.Option(None, "--value-search-budget-ms", "--search-budget-ms",
+                                                           help="Value search time budget in ms (default: "
+                                                                "NNFORGE_VALUE_SEARCH_BUDGET_MS, 500)."),
     all_rungs: bool = typer.Option(False, "--all-rungs", help="Run every rung, not only up to the first failing one."),
     sandbox: Optional[str] = typer.Option(None, "--sandbox", help="strong (default) or basic: see `nnforge campaign --help`."),
 ) -> None:
@@ -61,7 +63,7 @@ def run(
         console.print(f"[red]{e}[/red]", soft_wrap=True)
         raise typer.Exit(2)
     timeout_s = float(timeout) if timeout is not None else settings.worker_timeout_s
-    budget = search_budget_ms if search_budget_ms is not None else settings.value_search_budget_ms
+    budget = value_search_budget_ms if value_search_budget_ms is not None else settings.value_search_budget_ms
     with WorkerPool(size=1, timeout_s=timeout_s, memory_mb=settings.worker_memory_mb,
                     inductor_cache_dir=settings.inductor_cache_dir) as pool:
         result = Oracle(pool, target_list, budget, stop_at_first=not all_rungs).check(case)

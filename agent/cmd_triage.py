@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -28,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nnforge.agent.cli import app
-from nnforge.agent.store import Cluster, Finding, Store, iter_case_folders
+from nnforge.agent.store import Cluster, Store, iter_case_folders
 from nnforge.core.settings import Settings, load_settings
 from nnforge.core.testcase import TestCase
 from nnforge.triage.pipeline import (FINDINGS_SUBDIR, REDUCED_SUBDIR, TriageConfig, TriageOutcome, cluster_folder,

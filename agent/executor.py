@@ -25,7 +25,6 @@ from typing import Any
 from nnforge.core.calls import CallStep
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
-from nnforge.core.verdict import Verdict
 
 HEALTH_KEYS = ("calls", "restarts", "recycles", "timeouts", "segfaults", "ooms", "errors", "started")
 

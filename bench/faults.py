@@ -23,15 +23,9 @@ machine has two cores and each campaign uses both.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "faults"))

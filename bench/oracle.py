@@ -109,7 +109,7 @@ def measure(pool: WorkerPool, nodes: int, count: int, budget_ms: float, seed0: i
                 continue
             calls = [CallStep.from_json(c).with_backward().to_json() for c in (calls or [{}])]
         out = pool.call(JOB, {"program": program, "calls": calls, "targets": [], "value_bin": family,
-                              "search": True, "search_budget_ms": budget_ms, "seed": 0})
+                              "search": True, "value_search_budget_ms": budget_ms, "seed": 0})
         if not out.ok:
             crashed += 1
             continue

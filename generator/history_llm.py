@@ -14,21 +14,13 @@ import re
 from string import Template
 from typing import Any, Callable
 
+from nnforge.core.llm import LLMClient, LLMUnavailable
 from nnforge.core.prompt_files import prompt_text
 from nnforge.generator.history_category import CategoryGuess, normalise_category
 from nnforge.generator.history_extract import check_contract
 
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-
-
-def _unavailable_types() -> tuple[type[BaseException], ...]:
-    try:
-        from nnforge.core.llm import LLMUnavailable
-
-        return (LLMUnavailable,)
-    except ImportError:  # core/llm.py absent: nothing can raise it
-        return ()
 
 
 class HistoryLLM:
@@ -40,15 +32,11 @@ class HistoryLLM:
         self.down_reason = ""
         self.conversions = 0
         self.failed_conversions = 0
-        self._unavailable = _unavailable_types()
+        self._unavailable = (LLMUnavailable,)
 
     @classmethod
     def from_settings(cls, settings: Any, on_note: Callable[[str], None] | None = None) -> "HistoryLLM | None":
         """None when no model is configured (provider "none") or core/llm.py cannot make a client."""
-        try:
-            from nnforge.core.llm import LLMClient
-        except ImportError:
-            return None
         try:
             client = LLMClient.from_settings(settings)
         except Exception as e:  # a bad provider name, langchain missing: rules only, said once

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 import z3
 
-from nnforge.core.dtypes import ALL_DTYPES, FLOAT_DTYPES
+from nnforge.core.dtypes import ALL_DTYPES
 from nnforge.generator.abstract import AbsTensor, Dim
 
 # z3 contexts are not thread-safe, and specs make their terms in z3's one global main context:
@@ -211,10 +211,6 @@ def pick(seq: Sequence[Dim], idx: Dim) -> Dim:
     for i in range(len(seq) - 2, -1, -1):
         out = z3.If(idx == i, seq[i], out)
     return out
-
-
-def float_dtypes_only() -> list[tuple[str]]:
-    return [(d,) for d in FLOAT_DTYPES]
 
 
 def dtype_expr(dtype: str) -> str:

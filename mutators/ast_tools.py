@@ -318,9 +318,6 @@ class ProgramTree:
         return any(call_name(n) == method and isinstance(n.func, ast.Attribute)  # type: ignore[attr-defined]
                    for n in ast.walk(self.forward))
 
-    def has_attr_named(self, name: str) -> bool:
-        return name in identifiers(self.tree)
-
     # -- editing ----------------------------------------------------------------------------------------
     def insert_after(self, anchor: Anchor, stmts: list[ast.stmt]) -> None:
         body = self.forward.body
@@ -426,14 +423,6 @@ def facts_from_graph(graph: dict[str, Any] | None) -> dict[str, Fact]:
 def channels_last_ok(tree: "ProgramTree") -> bool:
     """Eager's 3-d ops (max_pool3d, conv3d, ...) read a 4-d tensor as unbatched CDHW and reject channels_last."""
     return not any((call_name(n) or "").endswith("3d") for n in ast.walk(tree.forward))
-
-
-def contract_ok(source: str) -> bool:
-    try:
-        ProgramTree(source)
-    except ProgramContractError:
-        return False
-    return True
 
 
 def scratch_names(tree: ast.AST) -> set[str]:

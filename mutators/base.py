@@ -144,18 +144,6 @@ def derive(parent: TestCase, mutator: Mutator, program: str | None = None,
                     calls=parent.calls if calls is None else calls, graph=None, meta=meta)
 
 
-def mutate_validated(mutator: Mutator, case: TestCase, rng: random.Random, probe: Probe | None,
-                     tries: int = 3) -> TestCase | None:
-    """A mutant that `probe` accepts (up to `tries` attempts), or None. Without a probe: one attempt."""
-    for _ in range(tries if probe else 1):
-        mutant = mutator.mutate(case, rng, probe)
-        if mutant is None:
-            return None
-        if probe is None or probe(mutant):
-            return mutant
-    return None
-
-
 def mutate_chain(case: TestCase, rng: random.Random, length: int, mutators: Iterable[Mutator] | None = None,
                  probe: Probe | None = None) -> TestCase:
     """Apply `length` randomly chosen applicable mutators one after another."""

@@ -17,7 +17,7 @@ before every call. A difference between the last two marks the verdict `stateful
 The payload and the result are plain dicts (values travel as `core/wire.py` bytes, never pickles):
 
 payload: program (str), calls ([CallStep json]), targets ([str]), inputs_pt / state_pt (bytes,
-optional), search (bool, default True: only when no inputs are given), search_budget_ms, seed,
+optional), search (bool, default True: only when no inputs are given), value_search_budget_ms, seed,
 stop_at_first (bool, default True), rungs ({target: [rung, ...]} to run only some rungs).
 coverage (bool: measure torch's compiler packages, see oracle/coverage_probe.py).
 
@@ -623,7 +623,7 @@ def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, An
         family = str(payload.get("value_bin") or NORMAL)
         try:
             inputs, plan = apply_family(family, model, inputs, prog.seed)
-            res = ValueSearch(budget_ms=float(payload.get("search_budget_ms", VALUE_SEARCH_BUDGET_MS)),
+            res = ValueSearch(budget_ms=float(payload.get("value_search_budget_ms", VALUE_SEARCH_BUDGET_MS)),
                               seed=prog.seed, backward=any(s.backward for s in prog.steps)).run(model, inputs, plan=plan)
             inputs = tuple(res.inputs)
             if res.state_dict:

@@ -102,7 +102,7 @@ class Oracle:
         wanted = case.meta.get("value_bin") if case.inputs is None else None
         return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
                 "value_bin": wanted if isinstance(wanted, str) else None,
-                "search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
+                "value_search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
                 "coverage": self.coverage}
 
     def _check_target(self, payload: dict[str, Any], target: str,

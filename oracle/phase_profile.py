@@ -12,7 +12,7 @@ The timers nest (a C++ compile happens inside code generation and inside loading
 phase is the outer timer less the inner ones it contains; a phase a rung lacks is 0.
 
 Worker entry point: `nnforge.oracle.phase_profile:profile_case`; payload as `job.run_case`'s
-(program, calls, seed, value_bin, search_budget_ms) plus `target`; each rung runs in its own
+(program, calls, seed, value_bin, value_search_budget_ms) plus `target`; each rung runs in its own
 `run_case` on the values the first one chose.
 """
 

@@ -629,11 +629,6 @@ def repair_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tup
     return loss, ("magnitude" if loss is not None else "none")
 
 
-def loss_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
-    """The repair loss alone (see `repair_loss`)."""
-    return repair_loss(name, args, kwargs, dtype)[0]
-
-
 def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
     """The table's loss alone (no fallback): keeps an already repaired operator repaired."""
     fn = SAFE_DOMAIN.get(name)

@@ -158,15 +158,6 @@ def _reply_for(request_body: bytes, workdir: str) -> bytes:
 
 
 # -- trusted helpers callable through the pool ----------------------------------------------
-def warm_imports(modules: Any = ("torch",)) -> list[str]:
-    """Import modules now so later calls don't pay for it; returns the ones that imported."""
-    done = []
-    for name in modules or ():
-        importlib.import_module(name)
-        done.append(name)
-    return done
-
-
 def exec_program(payload: dict[str, Any]) -> Any:
     """Run untrusted program text: load it as a module, then call `entry(*args, **kwargs)` if named.
 

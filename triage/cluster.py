@@ -19,9 +19,10 @@ the triage stage never imports the agent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable
 
 from nnforge.core.signature import Signature
+from nnforge.triage.signature import similarity as signature_similarity
 
 SIMILARITY_SYMPTOMS = frozenset({"mismatch", "nan_mismatch"})
 DEFAULT_THRESHOLD = 0.85
@@ -37,12 +38,6 @@ class ClusterRecord:
     title: str = ""
 
 
-class ClusterBook(Protocol):
-    """Read access to the existing clusters (the agent's Store implements it)."""
-
-    def cluster_records(self) -> list[ClusterRecord]: ...
-
-
 @dataclass(frozen=True)
 class Assignment:
     cluster_id: str
@@ -52,24 +47,6 @@ class Assignment:
 
     def to_json(self) -> dict[str, object]:
         return {"cluster_id": self.cluster_id, "is_new": self.is_new, "how": self.how, "score": self.score}
-
-
-def _default_similarity() -> Callable[[Signature, Signature], float]:
-    try:
-        from nnforge.triage.signature import similarity
-
-        return similarity
-    except ImportError:  # the signature module not being there is a packaging error; keep working
-        return ops_jaccard
-
-
-def ops_jaccard(a: Signature, b: Signature) -> float:
-    """Jaccard similarity of the two operator multisets: a fallback similarity."""
-    from collections import Counter
-
-    ca, cb = Counter(a.ops), Counter(b.ops)
-    union = sum((ca | cb).values())
-    return 1.0 if union == 0 else sum((ca & cb).values()) / union
 
 
 def comparable(a: Signature, b: Signature) -> bool:
@@ -91,7 +68,7 @@ def choose_cluster(signature: Signature, existing: Iterable[ClusterRecord], *,
         if rec.cluster_id == digest or rec.signature.digest == digest:
             return Assignment(rec.cluster_id, False, "digest")
     if threshold is not None and signature.symptom in SIMILARITY_SYMPTOMS:
-        sim = similarity or _default_similarity()
+        sim = similarity or signature_similarity
         best: tuple[float, int, ClusterRecord] | None = None
         for rec in records:
             if not comparable(signature, rec.signature):

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
+from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
 from nnforge.triage import graph_reduce as gr
@@ -103,7 +104,7 @@ class Reducer:
     """
 
     def __init__(self, oracle_source: Any, target: str, *, timeout_s: float = 60, max_queries: int = 300,
-                 time_budget_s: float = 300, passes: Iterable[str] = PASSES, value_search_budget_ms: float = 200.0,
+                 time_budget_s: float = 300, passes: Iterable[str] = PASSES, value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS,
                  seed: int = 0):
         from nnforge.oracle.oracle import Oracle
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from nnforge.core.calls import CallStep
 from nnforge.core.python_state import value_kind

@@ -122,12 +122,6 @@ class TargetedSpec(OpSpec):
 class ShapeSpec(TargetedSpec):
     family = "shape"
 
-    @classmethod
-    def deduct_same_rank(cls, out: Sig) -> list[Sig] | None:
-        if (out[0],) * cls.arity in set(cls.dtype_combos(cls.arity)) and out[1] in cls.ranks_at(0):
-            return [out] * cls.arity
-        return None
-
 
 def _ranks(lo: int, hi: int = MAX_RANK) -> tuple[tuple[int, ...]]:
     return (tuple(range(lo, hi + 1)),)
