@@ -10,7 +10,8 @@ import random
 
 from nnforge.core.dtypes import input_int_range, is_float, is_int
 from nnforge.generator.ir import Graph, Value
-from nnforge.generator.spec import Z3_LOCK, OpSpec, all_ops
+from nnforge.generator.spec import OpSpec, all_ops
+from nnforge.generator.z3_state import Z3_LOCK
 
 HEADER = "import torch\nimport torch.nn.functional as F\n"
 

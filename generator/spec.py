@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 from typing import Any, ClassVar, Iterable, Sequence
 
 import z3
@@ -33,11 +32,6 @@ import z3
 from nnforge.core.dtypes import ALL_DTYPES
 from nnforge.generator.abstract import AbsTensor, Dim
 
-# z3 contexts are not thread-safe, and specs make their terms in z3's one global main context:
-# a thread that materialises a graph (the campaign's triage) while another solves (the campaign's
-# generator) corrupts reference counts and segfaults. Whoever makes or drops spec objects or
-# solver terms in a process with several threads holds this lock for the objects' whole life.
-Z3_LOCK = threading.RLock()
 
 Sig = tuple[str, int]  # (dtype, rank)
 
