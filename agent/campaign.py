@@ -19,6 +19,11 @@ that the folder is writable and the disk has room; a triage thread that reduces 
 findings as they come (sharing the local workers); a stats row every ~10 s; the live status;
 the summary and HTML report (written by `agent/summary.py` and `agent/report_html.py`) at the end
 and every `report_every_s`.
+
+This module keeps the loop; beside it: `campaign_config.py` (what was asked for), `seed_sources.py`
+(the generator and history seeds), `novelty.py` (what the scheduler rewards as new),
+`triage_thread.py` (triage while the campaign runs), `coverage_map.py` (the covered lines, and their
+file in the campaign folder), `campaign_store.py` (the store's campaign tables).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import errno
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -40,14 +44,19 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from nnforge.agent.campaign_config import (CampaignConfig, CampaignSetupError, categories_for_target,  # noqa: F401
+                                           is_onnx_target, parse_budget)  # (the command line imports them from here)
 from nnforge.agent.campaign_store import CampaignStore, QueuedTest
+from nnforge.agent.coverage_map import load_coverage_map, save_coverage_map
+from nnforge.agent.novelty import behaviours_of, compiler_record, root_cause_key  # noqa: F401
+from nnforge.agent.seed_sources import GeneratorSource, HistorySource, history_prior  # noqa: F401
+from nnforge.agent.triage_thread import TriageGroup, attach_waiting
 from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
 from nnforge.agent.lock import CampaignLock
 from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
 from nnforge.core.backward import differentiable
 from nnforge.generator.pack import pack_cases, programs_in
-from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
 
@@ -56,78 +65,6 @@ PROBE_MB = 4
 PROBE_TIMEOUT_S = 15.0  # an eager run of a candidate mutant
 MAX_DRAWS_PER_SLOT = 6  # attempts to make a new test before waiting for a result
 EXHAUSTED_AFTER = 20  # consecutive duplicates after which an arm is retired (history seeds all run)
-
-
-class CampaignSetupError(RuntimeError):
-    """The campaign cannot start (folder, disk, configuration); the message says why. Exit 2."""
-
-
-# -- configuration --------------------------------------------------------------------------------------------
-_BUDGET_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([hms]?)")
-
-
-def parse_budget(text: str) -> float:
-    """"60s", "10m", "8h", "1h30m" → seconds; a bare number ("90") is seconds, as --help says. A
-    number without a unit after one with ("1h30") is refused: a person means 1h30m by it, and
-    reading it as 1h00m30s would quietly cut the campaign by half an hour."""
-    s = text.strip().lower().replace(" ", "")
-    if not s:
-        raise ValueError("empty budget")
-    pos, total = 0, 0.0
-    for m in _BUDGET_PART.finditer(s):
-        if m.start() != pos or (not m.group(2) and m.start() > 0):
-            break
-        total += float(m.group(1)) * {"h": 3600, "m": 60, "s": 1, "": 1}[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or total <= 0:
-        raise ValueError(f"cannot read budget {text!r}: use e.g. 60s, 10m, 8h or 1h30m "
-                         f"(a bare number alone is seconds)")
-    return total
-
-
-@dataclass(frozen=True)
-class CampaignConfig:
-    out: str
-    budget_s: float
-    targets: tuple[str, ...] = ("inductor", "ort", "tvm")
-    workers: int = 2
-    llm: str = "none"
-    seeds: tuple[str, ...] = ("generator",)  # "generator", "history:DIR"
-    mutate_prob: float = 0.5
-    nodes: int = 8
-    seed: int = 0  # first generator seed and the scheduler's random seed
-    triage: bool = True
-    triage_budget_s: float = 60.0  # per finding's reduction
-    triage_max_queries: int = 60
-    triage_per_key: int = 2  # findings of one provisional key reduced; the rest attach
-    triage_workers: int = 1  # triage threads: each holds at most one of the shared workers at a time
-    triage_reserve_s: float = 0.0  # end of the budget kept for triage while findings wait for a reduction
-    executor: str = "local"
-    address: str | None = None
-    coverage: bool = False  # measure torch's compiler packages in the workers (slower tests)
-    timeout_s: float = 60.0
-    memory_mb: int = 6000
-    value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
-    value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
-    backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
-    pack: int = 2  # generator programs per torch.compile seed test (generator/pack.py; core/settings.py)
-    gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
-    min_free_mb: int = 200
-    stats_every_s: float = 10.0
-    report_every_s: float = 300.0
-    drain_s: float = 15.0  # at the end of the budget, how long tests in flight may finish
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["targets"], d["seeds"] = list(self.targets), list(self.seeds)
-        return d
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "CampaignConfig":
-        known = {f for f in cls.__dataclass_fields__}
-        d = {k: v for k, v in d.items() if k in known}
-        d["targets"], d["seeds"] = tuple(d.get("targets", ())), tuple(d.get("seeds", ()))
-        return cls(**d)
 
 
 def preflight(out: Path, min_free_mb: int, probe_mb: int = PROBE_MB) -> None:
@@ -164,85 +101,6 @@ def _is_disk_full(e: BaseException) -> bool:
     return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
 
 
-# -- seed sources -----------------------------------------------------------------------------------------------
-ONNX_REDRAWS = 8  # programs drawn again for an ONNX target while a spec says an instance will not export
-
-
-class GeneratorSource:
-    """The solver generator: seed numbers come from the store's counter, never reused."""
-
-    name = "generator"
-
-    def __init__(self, store: CampaignStore, cfg: CampaignConfig):
-        self.store, self.cfg = store, cfg
-        stored = store.get_meta("campaign_next_seed")
-        self.next_seed = int(stored) if stored is not None else cfg.seed
-        # target -> operator instances its tests must not hold (the export table; ONNX targets only)
-        self.blocked: dict[str, frozenset[str]] = {}
-        # (case, target) -> does the case pass the target's export gate (agent/export_gate.py); None: not asked
-        self.admit: Callable[[TestCase, str], bool] | None = None
-
-    def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
-        from nnforge.generator.engine import GeneratorConfig
-        from nnforge.generator.export_probe import onnx_config
-        from nnforge.generator.seeds import generate_case
-
-        n = self.next_seed
-        self.next_seed += 1
-        self.store.set_meta("campaign_next_seed", str(self.next_seed))  # before the seed is used
-        onnx = is_onnx_target(target)
-        cfg = GeneratorConfig(n_nodes=self.cfg.nodes, seed=n)
-        if not onnx:
-            return generate_case(cfg)[0], n
-        cfg = onnx_config(cfg, self.blocked.get(target, frozenset()))
-        case, _ = generate_case(cfg)
-        for retry in range(1, ONNX_REDRAWS + 1):  # a form its spec says the exporter refuses (cumprod, stable sort),
-            if case.meta.get("onnx_exportable", True) and (self.admit is None or self.admit(case, target)):
-                break  # or a program the export gate would stop
-            case, _ = generate_case(replace(cfg, seed=n + retry * 1_000_003))
-        return case, n
-
-
-class HistorySource:
-    """Seeds mined from a compiler's history (`nnforge history mine/ingest`)."""
-
-    name = "history"
-
-    def __init__(self, folders: list[str]):
-        from nnforge.generator.history_seeds import load_history_seeds
-
-        self.cases: list[TestCase] = []
-        for folder in folders:
-            self.cases += load_history_seeds(folder)
-        if not self.cases:
-            raise CampaignSetupError(f"no runnable history seeds in {', '.join(folders)}")
-
-    def draw(self, target: str, rng: random.Random) -> tuple[TestCase, int]:
-        i = rng.randrange(len(self.cases))
-        return self.cases[i], i
-
-
-def history_prior(folders: list[str]) -> dict[str, float]:
-    """The category mix of the history behind the seeds (empty when unknown or unavailable)."""
-    from nnforge.generator.history_seeds import category_prior
-
-    mix: Counter[str] = Counter()
-    for folder in folders:
-        for cat, share in category_prior(folder).items():
-            mix[cat] += share / max(len(folders), 1)
-    return dict(mix)
-
-
-def categories_for_target(target: str) -> tuple[str, ...]:
-    """The root-cause categories whose mutants test `target`. The frontend families (A-H) and
-    invocation sequences aim at graph capture and cached compiled state, which only torch.compile
-    has: for ONNX targets they would test the exporter's tracing, in front of the runtime, so
-    those targets get the backend families (layout, dtypes, fusion, shapes, special values) only."""
-    from nnforge.mutators.base import BACKEND_CATEGORIES, CATEGORIES
-
-    return BACKEND_CATEGORIES if is_onnx_target(target) else CATEGORIES
-
-
 def value_bin_families() -> tuple[str, ...]:
     from nnforge.oracle.value_bins import FAMILIES
 
@@ -266,65 +124,6 @@ def _bin_kept(case: TestCase, verdict: Verdict) -> bool | None:
     return verdict.value_bin == wanted
 
 
-def is_onnx_target(target: str) -> bool:
-    """The target runs an exported ONNX graph (ort, tvm, onnx_export), not the Python model."""
-    from nnforge.oracle.backend import parse_target
-
-    return parse_target(target).spec.family == "onnx"
-
-
-# -- behaviour: what counts as new -------------------------------------------------------------------------------
-def behaviours_of(result: Any, case: TestCase) -> list[str]:
-    """Everything about a test that the scheduler rewards when it is new (see scheduler.py).
-
-    A bug counts by its provisional root-cause key, not by the program that carried it: the same
-    root cause in a new program earns its arm nothing."""
-    out = []
-    for v in result.verdicts:
-        if v.is_bug:
-            out.append("bug:" + root_cause_key(v, case))
-        for reason in _compiler_notes(v, result):
-            out.append(reason)
-    return out
-
-
-def root_cause_key(v: Verdict, case: TestCase) -> str:
-    """The finding's provisional key (triage/rootcause.py); a coarse one if the program is unreadable."""
-    from nnforge.triage.rootcause import provisional_key
-
-    try:
-        return provisional_key(v, case)
-    except Exception:
-        return "|".join(str(x) for x in (v.target, v.symptom.value, v.rung, v.exc_type))
-
-
-def _compiler_notes(v: Verdict, result: Any) -> list[str]:
-    """Dynamo's graph-break (`gb:`) and recompile (`rc:`) reasons on the verdict's target, normalised
-    (numbers, names), from `CaseResult.dynamo` (torch.compile targets; oracle/dynamo_record.py)."""
-    record = compiler_record(result, v.target) or {"graph_breaks": [], "recompiles": []}
-    return ([f"gb:{_normalise(r)}" for r in record["graph_breaks"]]
-            + [f"rc:{_normalise(r)}" for r in record["recompiles"]])
-
-
-def compiler_record(result: Any, target: str) -> dict[str, list[str]] | None:
-    """{"graph_breaks": [...], "recompiles": [...]} Dynamo recorded for `target`; None when it recorded
-    nothing (not a torch.compile target, an invalid case, a dead worker)."""
-    d = (getattr(result, "dynamo", None) or {}).get(target)
-    if d is None:
-        return None
-    return {"graph_breaks": [str(x) for x in d.get("graph_breaks") or ()],
-            "recompiles": [str(x) for x in d.get("recompiles") or ()]}
-
-
-def _normalise(text: str) -> str:
-    try:
-        from nnforge.triage.normalize import normalize_message
-
-        return normalize_message(text)[:200]
-    except Exception:
-        return re.sub(r"\d+", "N", text)[:200]
-
-
 def write_reports(folder: Path, store: Any, log: Callable[[str], None] = lambda s: None) -> dict[str, str]:
     """summary.md and report.html from the store; a writer that fails is reported, not raised."""
     from nnforge.agent.report_html import write_report
@@ -337,29 +136,6 @@ def write_reports(folder: Path, store: Any, log: Callable[[str], None] = lambda 
         except Exception as e:
             log(f"writing the {key} failed: {type(e).__name__}: {e}")
     return files
-
-
-COVERAGE_FILE = "coverage.json"
-
-
-def load_coverage_map(folder: Path) -> Any:
-    """The campaign's union of covered compiler lines (agent/coverage_map.py), from DIR/coverage.json."""
-    from nnforge.agent.coverage_map import CoverageMap
-
-    path = folder / COVERAGE_FILE
-    if path.is_file():
-        try:
-            return CoverageMap.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            pass
-    return CoverageMap()
-
-
-def save_coverage_map(folder: Path, cmap: Any) -> None:
-    path = folder / COVERAGE_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(cmap.to_json()))
-    os.replace(tmp, path)
 
 
 # -- the campaign ------------------------------------------------------------------------------------------------
@@ -1013,156 +789,3 @@ def _inductor_cache_dir() -> str:
     return load_settings().inductor_cache_dir
 
 
-# -- triage as findings come -------------------------------------------------------------------------------------
-class TriageThread(threading.Thread):
-    """Reduces and clusters new findings in the background, one at a time, through the triage
-    pipeline as `nnforge triage` (triage/pipeline.py), with a small budget per finding.
-
-    Each finding goes through `triage.pipeline.triage_finding`: the first findings of a
-    provisional root-cause key are reduced and their repro checked, the rest attach to the
-    cluster those reached, so a bug hit a thousand times costs `triage_per_key` reductions. It has its own store connection (SQLite connections are
-    per thread) and shares the local workers when the executor has some (else one of its own).
-    Findings it could not triage stay `new` for `nnforge triage DIR`.
-    """
-
-    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None],
-                 part: tuple[int, int] = (0, 1)):
-        super().__init__(name=f"nnforge-triage-{part[0]}", daemon=True)
-        self.out, self.shared_pool, self.cfg, self.log = out, pool, cfg, log
-        self.part = part  # (i, n): this thread takes the findings whose id is i modulo n
-        self._stop_event = threading.Event()
-        self._wake = threading.Event()
-        self.done = 0
-        self.failed = 0
-        self.known = 0
-        self.current: str = ""
-        self.backlog = 0  # waiting findings that need a reduction (not attachable)
-        self._attempted: set[int] = set()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self, wait_s: float) -> None:
-        self._stop_event.set()
-        self._wake.set()
-        self.join(timeout=wait_s)
-
-    def describe(self) -> str:
-        doing = f", now {self.current}" if self.current else ""
-        return f"{self.done} triaged ({self.known} joined a known cluster at once), {self.failed} failed{doing}"
-
-    def run(self) -> None:
-        from nnforge.core.settings import load_settings
-        from nnforge.triage.pipeline import TriageConfig, triage_finding
-
-        # --llm openai turns the triage LLM step on as it turns on LLM mutators (offline by default)
-        settings = load_settings(llm_provider="openai") if self.cfg.llm != "none" else load_settings()
-        cfg = TriageConfig(budget_s=self.cfg.triage_budget_s, max_queries=self.cfg.triage_max_queries,
-                           use_llm=self.cfg.llm != "none", per_key=self.cfg.triage_per_key)
-        store = CampaignStore(self.out)
-        own_pool = None
-        try:
-            while not self._stop_event.is_set():
-                self._wake.wait(timeout=5.0)
-                self._wake.clear()
-                i, n = self.part
-                waiting = [f for f in store.new_findings()
-                           if f.finding_id not in self._attempted and f.finding_id % n == i]
-                self.backlog = sum(1 for f in waiting if not self._attachable(store, f))
-                for finding in waiting:
-                    if self._stop_event.is_set():
-                        break
-                    self._attempted.add(finding.finding_id)
-                    pool = self.shared_pool
-                    if pool is None:
-                        if own_pool is None:
-                            from nnforge.oracle.sandbox import WorkerPool
-
-                            own_pool = WorkerPool(size=1, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb)
-                        pool = own_pool
-                    self.current = f"finding {finding.finding_id}"
-                    try:
-                        o = triage_finding(store, pool, self.out, finding, settings=settings, cfg=cfg)
-                        self.done += 1
-                        if o.how == "attached":
-                            self.known += 1
-                        else:
-                            self.backlog = max(self.backlog - 1, 0)
-                            self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id}"
-                                     f"{' (new)' if o.is_new_cluster else ''}, repro {o.repro}")
-                    except Exception as e:
-                        self.failed += 1
-                        if not self._stop_event.is_set():
-                            store.mark_failed(finding.finding_id, f"{type(e).__name__}: {e}")
-                            self.log(f"triage of finding {finding.finding_id} failed ({type(e).__name__}: {e}); "
-                                     f"`nnforge triage {self.out}` will retry it")
-                    finally:
-                        self.current = ""
-                self.backlog = 0 if not self._stop_event.is_set() else self.backlog
-        finally:
-            if own_pool is not None:
-                own_pool.close()
-            store.close()
-
-    def _attachable(self, store: CampaignStore, finding: Any) -> bool:
-        from nnforge.triage.pipeline import attach_target
-
-        return bool(finding.pkey) and attach_target(store, finding, finding.pkey, self.cfg.triage_per_key) is not None
-
-
-class TriageGroup:
-    """`triage_workers` TriageThreads splitting the findings between them by id: triage's share
-    of the shared workers is that many (each thread holds one worker at a time, while reducing)."""
-
-    def __init__(self, out: Path, pool: Any | None, cfg: CampaignConfig, log: Callable[[str], None]):
-        n = max(1, int(cfg.triage_workers))
-        self.threads = [TriageThread(out, pool, cfg, log, part=(i, n)) for i in range(n)]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def wake(self) -> None:
-        for t in self.threads:
-            t.wake()
-
-    def stop(self, wait_s: float) -> None:
-        for t in self.threads:
-            t._stop_event.set()
-            t._wake.set()
-        deadline = time.monotonic() + wait_s
-        for t in self.threads:
-            t.join(timeout=max(0.0, deadline - time.monotonic()))
-
-    def is_alive(self) -> bool:
-        return any(t.is_alive() for t in self.threads)
-
-    @property
-    def backlog(self) -> int:
-        return sum(t.backlog for t in self.threads)
-
-    @property
-    def current(self) -> str:
-        return ", ".join(t.current for t in self.threads if t.current)
-
-    def describe(self) -> str:
-        done = sum(t.done for t in self.threads)
-        known = sum(t.known for t in self.threads)
-        failed = sum(t.failed for t in self.threads)
-        doing = f", now {self.current}" if self.current else ""
-        share = f" on {len(self.threads)} threads" if len(self.threads) > 1 else ""
-        return f"{done} triaged ({known} joined a known cluster at once), {failed} failed{share}{doing}"
-
-
-def attach_waiting(store: Any, per_key: int) -> int:
-    """At a campaign's end: every waiting finding whose key's reduced findings agree joins their
-    cluster (no reduction, no worker), so only findings that still need a reduction wait."""
-    from nnforge.triage.pipeline import attach_target
-
-    n = 0
-    for f in store.new_findings():
-        target = attach_target(store, f, f.pkey, per_key) if f.pkey else None
-        if target is not None:
-            store.attach(f.finding_id, target)
-            n += 1
-    return n

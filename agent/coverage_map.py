@@ -7,6 +7,9 @@ and its return value (lines never covered before) is the reward the scheduler ca
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 PACKAGES = ("torch/_dynamo", "torch/_inductor", "torch/_functorch")
@@ -57,3 +60,25 @@ class CoverageMap:
         cmap = cls()
         cmap.add(data)
         return cmap
+
+
+# -- the campaign's file ------------------------------------------------------------------------------
+COVERAGE_FILE = "coverage.json"
+
+
+def load_coverage_map(folder: Path) -> Any:
+    """The campaign's union of covered compiler lines (agent/coverage_map.py), from DIR/coverage.json."""
+    path = folder / COVERAGE_FILE
+    if path.is_file():
+        try:
+            return CoverageMap.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    return CoverageMap()
+
+
+def save_coverage_map(folder: Path, cmap: Any) -> None:
+    path = folder / COVERAGE_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(cmap.to_json()))
+    os.replace(tmp, path)
