@@ -209,6 +209,15 @@ def repro_leaves(x):
     return torch.utils._pytree.tree_leaves(x)
 
 
+def repro_leaf_name(x, i):
+    """Where leaf i sits in `x`, when that says more than its number ("['gradients']['input 0']")."""
+    try:
+        paths = [torch.utils._pytree.keystr(p) for p, _ in torch.utils._pytree.tree_flatten_with_path(x)[0]]
+    except Exception:
+        return ""
+    return f" {paths[i]}" if i < len(paths) and "gradients" in paths[i] else ""
+
+
 def repro_describe(expected, actual, expected64):
     """Observed vs expected, with numbers."""
     lines = []
@@ -228,8 +237,12 @@ def repro_describe(expected, actual, expected64):
                 rmse_e = ((e[ok] - r[ok]) ** 2).mean().sqrt().item()
                 rmse_a = ((a[ok] - r[ok]) ** 2).mean().sqrt().item()
                 lines.append(f"RMSE vs float64: eager {rmse_e:.6g}, compiled {rmse_a:.6g}")
-        lines.append(f"expected {e[:8].tolist()}")
-        lines.append(f"actual   {a[:8].tolist()}")
+        off = ~((e == a) | (torch.isnan(e) & torch.isnan(a)))
+        at = int(off.nonzero()[0, 0]) if bool(off.any()) else 0
+        start = max(0, at - 2)  # around the first element that differs, not the first eight
+        where = f" (flat elements {start}..{min(start + 8, e.numel()) - 1} of {e.numel()})" if e.numel() > 8 else ""
+        lines.append(f"expected {e[start:start + 8].tolist()}{where}")
+        lines.append(f"actual   {a[start:start + 8].tolist()}")
     else:
         lines.append(f"expected {expected!r}"[:400])
         lines.append(f"actual   {actual!r}"[:400])
@@ -279,7 +292,7 @@ def repro_compare(label, expected, actual, expected64):
                 torch.testing.assert_close(a, e, equal_nan=True)
             except Exception:
                 r = ref_leaves[i] if i < len(ref_leaves) else None
-                return f"{label}, leaf {i}:\n{repro_describe(e, a, r)}"
+                return f"{label}, leaf {i}{repro_leaf_name(expected, i)}:\n{repro_describe(e, a, r)}"
     return f"{label}:\n" + "\n".join(close_error[:6])
 
 
