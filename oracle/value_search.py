@@ -80,9 +80,6 @@ INTEGER_PROXY = {
 
 __all__ = ["SearchResult", "ValueSearch", "first_nonfinite", "checked_call", "diagnose", "FAILURE_CLASSES"]
 
-# A search with value bins keeps to them for this share of its budget before it gives them up.
-BIN_BUDGET_SHARE = 0.6
-
 # Ranges tried, in order, when values are resampled instead of descended.
 SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
     (-1.0, 1.0),
@@ -92,6 +89,12 @@ SAMPLING_RANGES: tuple[tuple[float, float], ...] = (
     (-3.0, 3.0),
     (-0.02, 0.02),  # deep chains of products overflow (or leave acos's domain) unless tiny
 )
+# Sub-ranges tried, in order, when an integer input is resampled (see `_int_range`).
+INT_SUBRANGES: tuple[tuple[int | None, int | None], ...] = (
+    (None, None), (1, None), (-1, 1), (1, 1), (0, 0), (1, 3), (None, -1), (0, 1), (-1, -1), (2, 4),
+)
+# Shares of True a boolean input is resampled with.
+BOOL_DENSITIES = (0.5, 1.0, 0.0, 0.9, 0.1)
 
 
 @dataclass(frozen=True)
@@ -788,43 +791,55 @@ class _Outcome:
     gradient: bool = False  # the culprit's forward is finite, its backward is not (backward mode)
 
 
+@dataclass(frozen=True)
 class ValueSearch:
     """Gradient-guided search for values that keep every operator of a program finite.
 
-    `run` mutates the model's float parameters in place when it succeeds, and leaves them as
-    they were when it fails. Deterministic for a given seed (up to where the time budget
-    cuts the search)."""
+    The search's whole configuration, passed as one object from the job to every part of the
+    search: nothing it tunes is module state. `run` mutates the model's float parameters in
+    place when it succeeds, and leaves them as they were when it fails. Deterministic for a
+    given seed (up to where the time budget cuts the search)."""
 
-    def __init__(
-        self,
-        budget_ms: float = VALUE_SEARCH_BUDGET_MS,
-        max_iters: int = 1000,
-        seed: int = 0,
-        lr: float = 0.2,
-        patience: int = 12,
-        max_descent: int = 40,
-        backward: bool = False,
-    ) -> None:
-        self.budget_ms = budget_ms
-        self.max_iters = max_iters
-        self.seed = seed
-        self.lr = lr
-        self.patience = patience
-        self.max_descent = max_descent  # gradient steps from one start before resampling
-        # the test runs a backward: values count as finite only where the gradients are too
-        self.backward = backward
+    budget_ms: float = VALUE_SEARCH_BUDGET_MS
+    max_iters: int = 1000
+    seed: int = 0
+    lr: float = 0.2
+    patience: int = 12
+    max_descent: int = 40  # gradient steps from one start before resampling
+    # the test runs a backward: values count as finite only where the gradients are too
+    backward: bool = False
+    # a search with value bins keeps to them for this share of its budget before it gives them up
+    bin_budget_share: float = 0.6
+    sampling_ranges: tuple[tuple[float, float], ...] = SAMPLING_RANGES
+    int_subranges: tuple[tuple[int | None, int | None], ...] = INT_SUBRANGES
+    bool_densities: tuple[float, ...] = BOOL_DENSITIES
+    # largest gradient element Adam sees (its square must stay finite in float32)
+    max_gradient: float = 1e15
+    # how many times max_descent a descent that keeps lowering its loss may run
+    descent_extension: int = 3
+    # the shortest step, as a share of the learning rate, that backtracking tries
+    min_step_scale: float = 1.0 / 16
+    # the longest: a step doubles while the culprit's loss steadily falls by less than
+    # step_growth_below of itself (the values are far from the domain: digamma(int8(x)) needs
+    # x >= 1 where x ~ y / 57, so y must travel from ~1 to 57, some 300 steps of the base
+    # length), and is back to the base length when the loss rises
+    max_step_scale: float = 64.0
+    step_growth_below: float = 0.1
+    step_growth_after: int = 2  # steps in a row without a rise before the first doubling
+    # integer inputs move about a unit a step; longer steps would jump over the few values that work
+    int_max_scale: float = 2.0
 
     def run(self, model: torch.nn.Module, inputs: tuple, plan: Any = None) -> SearchResult:
         """`plan` (oracle/value_bins.ValuePlan): the bins the values were drawn from, whose
         properties they keep while they are repaired. When no values inside them make the
-        program finite within `BIN_BUDGET_SHARE` of the budget, the search starts again from the
+        program finite within `bin_budget_share` of the budget, the search starts again from the
         program's own values, unconstrained, with a whole budget of its own, and
         `SearchResult.bins_kept` is False: a bin never costs a test its finiteness."""
         start = time.perf_counter()
         if plan is None or not plan.binned:
             with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
                 return _Run(self, model, tuple(inputs), start, plan).execute()
-        inside = replace_budget(self, self.budget_ms * BIN_BUDGET_SHARE)
+        inside = replace(self, budget_ms=self.budget_ms * self.bin_budget_share)
         with torch.random.fork_rng(devices=[]), torch.inference_mode(False):
             res = _Run(inside, model, tuple(inputs), start, plan).execute()
         if res.success:
@@ -834,10 +849,6 @@ class ValueSearch:
             wider = _Run(self, model, tuple(own), time.perf_counter(), None).execute()
         return replace(wider, bins_kept=False, iterations=res.iterations + wider.iterations,
                        elapsed_ms=(time.perf_counter() - start) * 1000.0)
-
-
-def replace_budget(cfg: ValueSearch, budget_ms: float) -> ValueSearch:
-    return ValueSearch(budget_ms, cfg.max_iters, cfg.seed, cfg.lr, cfg.patience, cfg.max_descent, cfg.backward)
 
 
 class _Run:
@@ -901,7 +912,8 @@ class _Run:
         self.buffers = [(b, b.detach().clone()) for b in model.buffers()]
         # An integer master moves about one unit a step: less never changes the rounded value.
         self.adam = _Adam([s.master for s in self.slots], cfg.lr,
-                          fixed_lrs=[1.0 if s.bounds is not None else None for s in self.slots])
+                          fixed_lrs=[1.0 if s.bounds is not None else None for s in self.slots],
+                          int_max_scale=cfg.int_max_scale)
         self.samples = 0
         self.gradient_steps = 0
         self.replaced_nonfinite = False
@@ -1014,7 +1026,7 @@ class _Run:
             # sqrt(0)'s infinite slope, say; and finite slopes too steep for Adam's second moment,
             # whose float32 square overflows (x ** -80 at x = 0.5: 1e26, squared inf), so that
             # the update, m / sqrt(inf), would be 0 exactly where the loss is largest.
-            s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6).clamp_(-MAX_GRADIENT, MAX_GRADIENT)
+            s.master.grad = g.nan_to_num_(0.0, 1e6, -1e6).clamp_(-self.cfg.max_gradient, self.cfg.max_gradient)
             grads.append(g)
         if not grads or not any(bool(n) for n in torch._foreach_norm(grads)):
             return False
@@ -1056,7 +1068,7 @@ class _Run:
     def _sample(self, all_slots: bool = False) -> None:
         """Fresh values from the next range; parameters only every other time (unless
         `all_slots`), so that an input-driven culprit is first tried with the model's own weights."""
-        lo, hi = SAMPLING_RANGES[self.samples % len(SAMPLING_RANGES)]
+        lo, hi = self.cfg.sampling_ranges[self.samples % len(self.cfg.sampling_ranges)]
         has_inputs = any(not s.is_param for s in self.slots) or bool(self.bool_inputs)
         with torch.no_grad():
             for s in self.slots:
@@ -1076,8 +1088,8 @@ class _Run:
         self.samples += 1
 
     def _draw_ints(self, s: _Slot, k: int) -> torch.Tensor:
-        """Fresh master values for integer slot `s` from its k-th sub-range (INT_SUBRANGES)."""
-        ilo, ihi = _int_range(s.bounds, k)
+        """Fresh master values for integer slot `s` from its k-th sub-range (`int_subranges`)."""
+        ilo, ihi = _int_range(s.bounds, self.cfg.int_subranges[k % len(self.cfg.int_subranges)])
         return torch.randint(ilo, ihi + 1, s.master.shape, generator=self.gen).to(s.master.dtype)
 
     def _draw_mask(self, old: torch.Tensor, p_true: float) -> torch.Tensor:
@@ -1115,7 +1127,7 @@ class _Run:
         with torch.no_grad():
             for s in int_slots:
                 keep = s.master.detach().clone()
-                for k in range(len(INT_SUBRANGES)):
+                for k in range(len(self.cfg.int_subranges)):
                     if time.perf_counter() > deadline:
                         break
                     s.master.copy_(self._draw_ints(s, k))
@@ -1130,7 +1142,7 @@ class _Run:
             for i in self.bool_inputs:
                 old = self.values[i]
                 keep = old
-                for p_true in BOOL_DENSITIES:
+                for p_true in self.cfg.bool_densities:
                     if time.perf_counter() > deadline:
                         break
                     new = self._draw_mask(old, p_true)
@@ -1215,7 +1227,7 @@ class _Run:
                 retry = frozen_at != undo[2] and self._ints_moved(undo[1])
                 if retry:
                     frozen_at = undo[2]
-                elif self.adam.scale > MIN_STEP_SCALE:
+                elif self.adam.scale > cfg.min_step_scale:
                     retry = True
                     self.adam.scale = min(self.adam.scale, 1.0) * 0.5
                 if retry:
@@ -1234,7 +1246,7 @@ class _Run:
                 last = outcome
             stepped = False
             if (use_grad and undo is not None and outcome.loss is not None and outcome.key == last_key
-                    and self.adam.scale > INT_MAX_SCALE and self.float_slots
+                    and self.adam.scale > cfg.int_max_scale and self.float_slots
                     and float(outcome.loss.detach()) > previous):
                 # A lengthened step overshot a narrow domain (erfinv(100 + x) needs x within
                 # 1 of -100): take it back and go on a quarter as far. From where it landed,
@@ -1254,8 +1266,8 @@ class _Run:
                     stall = 0
                 if outcome.key == last_key and value <= previous:
                     calm += 1
-                    if calm >= STEP_GROWTH_AFTER and value > previous * (1.0 - STEP_GROWTH_BELOW):
-                        self.adam.scale = min(self.adam.scale * 2.0, MAX_STEP_SCALE)
+                    if calm >= cfg.step_growth_after and value > previous * (1.0 - cfg.step_growth_below):
+                        self.adam.scale = min(self.adam.scale * 2.0, cfg.max_step_scale)
                 else:
                     calm = 0
                     self.adam.scale = min(self.adam.scale, 1.0)
@@ -1269,7 +1281,7 @@ class _Run:
                 # that must crowd around their mean). Not so a magnitude loss: shrinking
                 # everything halves it at once, whether or not the overflow is any nearer its end.
                 heading = outcome.loss_kind == "domain" and best < 0.5 * first_loss
-                limit = cfg.max_descent * (DESCENT_EXTENSION if heading else 1)
+                limit = cfg.max_descent * (cfg.descent_extension if heading else 1)
                 if stall < cfg.patience and descent < limit:
                     stepped = self._gradient_step(outcome.loss, freeze_ints=frozen_at == outcome.key)
                     if not stepped and outcome.ties and not turned:
@@ -1369,22 +1381,6 @@ FAILURE_CLASSES = (
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-# Largest gradient element Adam sees (its square must stay finite in float32).
-MAX_GRADIENT = 1e15
-# How many times max_descent a descent that keeps lowering its loss may run.
-DESCENT_EXTENSION = 3
-# The shortest step, as a share of the learning rate, that backtracking tries.
-MIN_STEP_SCALE = 1.0 / 16
-# The longest: a step doubles while the culprit's loss steadily falls by less than
-# STEP_GROWTH_BELOW of itself (the values are far from the domain: digamma(int8(x)) needs x >= 1 where x ~ y / 57, so
-# y must travel from ~1 to 57, some 300 steps of the base length), and is back to the base
-# length when the loss rises.
-MAX_STEP_SCALE = 64.0
-STEP_GROWTH_BELOW = 0.1
-STEP_GROWTH_AFTER = 2  # steps in a row without a rise before the first doubling
-# Integer inputs move about a unit a step; longer steps would jump over the few values that work.
-INT_MAX_SCALE = 2.0
-
 
 def _reach(outcome: _Outcome) -> int:
     """How far a run got: the call index of its culprit (a run that raised got nowhere)."""
@@ -1411,8 +1407,9 @@ class _Adam:
     per-step bookkeeping costs more than the step itself for a handful of small tensors."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, betas=(0.9, 0.999), eps: float = 1e-8,
-                 fixed_lrs: list[float | None] | None = None) -> None:
+                 fixed_lrs: list[float | None] | None = None, int_max_scale: float = 2.0) -> None:
         self.params = params
+        self.int_max_scale = int_max_scale
         self.b1, self.b2 = betas
         self.eps = eps
         self.lrs = []
@@ -1447,7 +1444,7 @@ class _Adam:
             gs.append(p.grad)
             ms.append(self.m[i])
             vs.append(self.v[i])
-            scale = min(self.scale, INT_MAX_SCALE) if self.fixed[i] else self.scale
+            scale = min(self.scale, self.int_max_scale) if self.fixed[i] else self.scale
             steps.append(-self.lrs[i] * scale / c1)
         if not ps:
             return
@@ -1497,19 +1494,13 @@ def _int_reach(x: torch.Tensor) -> tuple[int, int]:
 # it, its positive part (divisors, logarithms), {-1, 0, 1} (inverse trigonometry), ones, zeros
 # (erfinv, acos of i0), small positives, its negative part (sign of a bitwise not), {0, 1},
 # minus ones, small values above one (lgamma, acosh).
-INT_SUBRANGES: tuple[tuple[int | None, int | None], ...] = (
-    (None, None), (1, None), (-1, 1), (1, 1), (0, 0), (1, 3), (None, -1), (0, 1), (-1, -1), (2, 4),
-)
-# Shares of True a boolean input is resampled with.
-BOOL_DENSITIES = (0.5, 1.0, 0.0, 0.9, 0.1)
 _ALL_FINITE = 1 << 40
 
 
-def _int_range(bounds: tuple[int, int], k: int) -> tuple[int, int]:
-    """The k-th sub-range (INT_SUBRANGES) tried when an integer input is resampled, within its
+def _int_range(bounds: tuple[int, int], wanted: tuple[int | None, int | None]) -> tuple[int, int]:
+    """The sub-range `wanted` (of ValueSearch.int_subranges) tried when an integer input is resampled, within its
     bounds (all of them when the two do not overlap)."""
     lo, hi = bounds
-    wanted = INT_SUBRANGES[k % len(INT_SUBRANGES)]
     wanted = (lo if wanted[0] is None else wanted[0], hi if wanted[1] is None else wanted[1])
     a, b = max(lo, wanted[0]), min(hi, wanted[1])
     return (a, b) if a <= b else (lo, hi)
