@@ -434,7 +434,7 @@ def setup_nnsmith_head(home: Path, mirror: str, given_python: str | None) -> tup
         return None, f"NNSmith HEAD's mirror {mirror} does not exist (set --nnsmith-mirror or NNSMITH_HEAD_MIRROR)"
     try:
         commit = _git(mirror, "rev-parse", "HEAD")
-        describe = _git(mirror, "describe", "--tags", "--long", "HEAD")
+        describe = _git(mirror, "describe", "--tags", "--long", "--always", "HEAD")  # untagged: the sha, version 0.0.0
         date = _git(mirror, "log", "-1", "--format=%cs", "HEAD")
     except (subprocess.CalledProcessError, FileNotFoundError) as e:
         err = getattr(e, "stderr", "") or str(e)
