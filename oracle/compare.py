@@ -320,6 +320,11 @@ def _compare_float(e: Any, a: Any, r: Any, tol: Tolerance, noise: Any = None) ->
 # -- ties of index-returning ops, recorded during the eager run ---------------------------------
 _INDEX_OPS = {"argmax": "extreme", "argmin": "extreme", "max": "extreme_dim", "min": "extreme_dim",
               "sort": "sort", "topk": "topk"}
+# Ops that read the sign bit of an operand (position): of a zero or a NaN, that bit is not the
+# value's meaning (0.0 == -0.0; a NaN has no sign), and compilers legitimately differ in it
+# (x * 0 for a negative x, a masked row filled with zeros one way or the other), so what they
+# compute from a zero or NaN there is unspecified.
+_SIGN_READERS = {"copysign": 1, "signbit": 0, "atan2": 0}
 
 
 @dataclass(frozen=True)
@@ -343,8 +348,9 @@ class TieRecorder:
     Matching is by the output tensor's storage identity, so only index tensors returned from
     forward as they were produced get a mask; `masks_for(out)` maps output paths to masks.
     An index output that saw a tie also taints whatever is computed from it: such an output is
-    `Unspecified` (constant and tied value bins make these common). Also notes whether any
-    random op ran (`used_rng`).
+    `Unspecified` (constant and tied value bins make these common); so does an op that read the
+    sign bit of a zero or a NaN (`_SIGN_READERS`). Also notes whether any random op ran
+    (`used_rng`).
     """
 
     def __init__(self) -> None:
@@ -385,6 +391,14 @@ class TieRecorder:
         if self._tainted and any(self._is_tainted(a) for a in _tensor_leaves((args, kwargs))):
             for o in _tensor_leaves(out):
                 self._taint(o)
+        sign_at = _SIGN_READERS.get(func.overloadpacket.__name__)
+        if sign_at is not None and len(args) > sign_at and isinstance(args[sign_at], torch.Tensor) \
+                and args[sign_at].is_floating_point():
+            s = args[sign_at]
+            if bool(((s == 0) | torch.isnan(s)).any()):
+                for o in _tensor_leaves(out):
+                    self._taint(o)
+            return
         kind = _INDEX_OPS.get(func.overloadpacket.__name__)
         if kind is None:
             return

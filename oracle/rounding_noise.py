@@ -187,13 +187,19 @@ _NARROW = ("float16", "bfloat16", "float32")
 
 def _in_float64(func: Any, args: tuple, kwargs: dict) -> Any:
     """The op once more on float64 copies of its float arguments (float dtypes asked for become
-    float64): where the narrow result equals this, the op did not round. None when it cannot run."""
+    float64): where the narrow result equals this, the op did not round. None when it cannot run.
+    An op with no float tensor argument that still gives a float result (tanh of a uint8, an
+    integer true division) computed in float32 by promotion: its integer arguments are widened
+    too, or its rounded result would equal its own recompute and pass for exact."""
     import torch
-    from torch.utils._pytree import tree_map
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    promoted = not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in tree_leaves((args, kwargs)))
 
     def widen(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            wide = str(x.dtype).removeprefix("torch.") in _NARROW
+            wide = str(x.dtype).removeprefix("torch.") in _NARROW or (
+                promoted and not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool)
             return x.detach().to(torch.float64) if wide else x.detach().clone()  # a copy: nothing is written twice
         if isinstance(x, torch.dtype) and str(x).removeprefix("torch.") in _NARROW:
             return torch.float64

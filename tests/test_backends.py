@@ -468,3 +468,19 @@ def test_tvm_layer_norm_of_float64_is_its_documented_limitation_not_a_frontend_c
     res = run_case({"program": program, "targets": ["tvm"], "calls": [{"grad_enabled": False}]})
     v = res["verdicts"][0]
     assert v["symptom"] == "invalid" and "unsupported: TOPI's layer_norm" in v["detail"], v
+
+
+def test_a_float_result_promoted_from_integers_is_jittered_and_its_cast_explained():
+    """tanh of a uint8 computes in float32 by promotion: 0.99999994 at 9, where Inductor's
+    vectorised tanh gives 1.0 and so uint8 1 after the cast. The jitter must move that rounded
+    result (its float64 recompute widens the integer input too), so the cast's 1 is precision."""
+    import torch
+
+    from nnforge.oracle.rounding_noise import RoundingJitter
+
+    x = torch.tensor([9, 15, 0], dtype=torch.uint8)
+    with RoundingJitter(direction=1):
+        up = torch.tanh(x)
+    assert up[0].item() == 1.0 and up[2].item() == 0.0  # rounded: moved; exact tanh(0) = 0: not
+    with RoundingJitter(direction=1):
+        assert torch.tanh(x).to(torch.uint8).tolist() == [1, 1, 0]

@@ -207,3 +207,15 @@ def test_value_search_moves_values_off_a_pole_of_the_derivative_when_the_test_ru
     assert all(bool(torch.isfinite(g).all()) for g in grads.values())
     v = Oracle(pool, ["aot_eager"]).check(TestCase(program=NAN_GRADIENT, calls=BACKWARD)).verdicts[0]
     assert v.symptom is Symptom.PASS, v.detail  # judged, not invalid
+
+
+def test_what_is_computed_from_the_sign_of_a_zero_is_not_compared():
+    """copysign(x, y) where y holds a zero: 0.0 == -0.0, and a compiler may make either (a fully
+    masked attention row of zeros, x * 0 for a negative x); with no zero there it is compared."""
+    from nnforge.oracle.compare import TieRecorder, Unspecified
+
+    x = torch.randn(6)
+    with TieRecorder() as rec:
+        out = (torch.copysign(x, torch.tensor([1.0, 0.0, -2.0, 3.0, 1.0, 1.0])) * 2,
+               torch.copysign(x, torch.tensor([1.0, -4.0, -2.0, 3.0, 1.0, 1.0])) * 2)
+    assert rec.masks_for(out) == {"[0]": Unspecified()}
