@@ -144,15 +144,31 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     elif s is Symptom.MISMATCH and verdict.gradient:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
         text = f"wrong gradient of {verdict.gradient} in the backward{on}{err}"
+    elif s is Symptom.MISMATCH and (form := _wrong_form(verdict.detail)):
+        text = f"{form}{on}"
     elif s is Symptom.MISMATCH:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
         text = f"silently wrong result{on}{err}"
+    elif s is Symptom.NAN_MISMATCH and verdict.gradient:
+        text = f"NaN/Inf mismatch with eager in the gradient of {verdict.gradient} in the backward{on}"
     elif s is Symptom.NAN_MISMATCH:
         text = f"NaN/Inf mismatch with eager{on}"
     else:
         text = f"{_SYMPTOM_WORDS.get(s, s.value)}{on}"
     title = f"{prefix} {text}"
     return title if len(title) <= TITLE_LIMIT else title[: TITLE_LIMIT - 1] + "…"
+
+
+def _wrong_form(detail: str | None) -> str | None:
+    """"returns int64 where eager returns int8" when the comparison found a wrong dtype or shape
+    (oracle/compare.py words them so), not wrong values."""
+    m = re.search(r"\bdtype torch\.(\w+) instead of torch\.(\w+)", detail or "")
+    if m:
+        return f"returns {m.group(1)} where eager returns {m.group(2)}"
+    m = re.search(r"\bshape (\([^)]*\)) instead of (\([^)]*\))", detail or "")
+    if m:
+        return f"returns shape {m.group(1)} where eager returns {m.group(2)}"
+    return None
 
 
 def _raw_cpp_error(message: str | None) -> str | None:
