@@ -615,7 +615,13 @@ def repair_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tup
     table's loss: some input lies outside the safe domain), "magnitude" (the generic loss: the
     inputs are inside the domain, or the table has no entry, so the result overflowed) or
     "none" (outside the domain along an input with no gradient: only resampling can help)."""
-    fn = SAFE_DOMAIN.get(name)
+    return _table_loss(SAFE_DOMAIN, name, args, kwargs, dtype)
+
+
+def _table_loss(table: dict[str, LossFn], name: str, args: tuple, kwargs: dict,
+                dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+    """`table`'s loss for `name` when it is positive ("domain"), else the magnitude loss."""
+    fn = table.get(name)
     if fn is not None:
         try:
             loss = fn(args, kwargs, dtype)
@@ -660,20 +666,19 @@ def derivative_pole(*names: str) -> Callable[[LossFn], LossFn]:
     return register
 
 
-@derivative_pole("sqrt", "rsqrt", "log", "log2", "log10")
-def _pole_at_zero(args, kwargs, dtype):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, MARGIN)
+# Where the forward's own domain loss already keeps a margin from the pole, it is the loss.
+derivative_pole("sqrt")(_non_negative)
+derivative_pole("rsqrt", "log", "log2", "log10")(_positive)
+derivative_pole("log1p")(_above_minus_one)
+derivative_pole("atanh")(_open_unit_interval)
+derivative_pole("reciprocal")(_reciprocal)
+derivative_pole("div", "remainder", "fmod")(_divisor_second)
+derivative_pole("rdiv")(_divisor_first)
 
 
-@derivative_pole("log1p")
-def _pole_at_minus_one(args, kwargs, dtype):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, -1.0 + MARGIN)
-
-
-@derivative_pole("asin", "acos", "atanh")
+@derivative_pole("asin", "acos")
 def _poles_at_unit(args, kwargs, dtype):
+    # finite on [-1, 1], its slope infinite at both ends (the forward's loss lets +-1 stand)
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x.abs(), 1.0 - MARGIN)
 
@@ -684,21 +689,10 @@ def _pole_at_one(args, kwargs, dtype):
     return None if x is None else _below(x, 1.0 + MARGIN)
 
 
-@derivative_pole("reciprocal")
-def _reciprocal_slope(args, kwargs, dtype):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_zero(x, DIVISOR_EPS)
-
-
-@derivative_pole("div", "remainder", "fmod", "xlogy")
-def _divisor_slope(args, kwargs, dtype):
+@derivative_pole("xlogy")
+def _xlogy_slope(args, kwargs, dtype):
+    # x * log(y): its slope in y, x / y, is infinite at y = 0 where the value is 0
     y = _float(_arg(args, kwargs, 1, "other"))
-    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
-
-
-@derivative_pole("rdiv")
-def _rdivisor_slope(args, kwargs, dtype):
-    y = _float(_arg(args, kwargs, 0, "self", "input"))
     return None if y is None else _away_from_zero(y, DIVISOR_EPS)
 
 
@@ -730,13 +724,4 @@ def derivative_pole_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtyp
     """The loss that moves operator `name`'s inputs off the poles of its derivative, and its
     kind as `repair_loss` names them: "domain" (the table's, positive), "magnitude" (no entry,
     or none of its elements near a pole: an overflowing slope, which shrinking cures), "none"."""
-    fn = DERIVATIVE_POLES.get(name)
-    if fn is not None:
-        try:
-            loss = fn(args, kwargs, dtype)
-        except (RuntimeError, TypeError, ValueError, IndexError):
-            loss = None
-        if loss is not None and float(loss.detach()) > 0.0:
-            return (loss, "domain") if loss.requires_grad else (None, "none")
-    loss = magnitude_loss(args, kwargs, dtype)
-    return loss, ("magnitude" if loss is not None else "none")
+    return _table_loss(DERIVATIVE_POLES, name, args, kwargs, dtype)

@@ -18,6 +18,7 @@ from nnforge.generator.seeds import generate_case
 from nnforge.mutators.ast_tools import ProgramTree
 from nnforge.mutators.base import CATEGORIES, STATEFUL, all_mutators, get_mutator, mutate_chain, mutators_for
 from nnforge.mutators.validate import check_case, eager_probe
+from programs import LINEAR_SIN
 
 TAXONOMY_IDS = ("A1", "A2", "A3", "B1", "B2", "C1", "D1", "D2", "E1", "E2", "F1", "F2", "G1", "G2", "H1",
                 "I1", "I2", "I3", "J1", "K1")
@@ -181,23 +182,8 @@ def test_train_backward_keeps_a_stateful_sequence_and_trains_every_call():
     from nnforge.core.calls import CallStep
     from nnforge.core.testcase import TestCase
 
-    case = TestCase(program=_LINEAR, calls=(CallStep(grad_enabled=False), CallStep(reset_cache=True)))
+    case = TestCase(program=LINEAR_SIN, calls=(CallStep(grad_enabled=False), CallStep(reset_cache=True)))
     mutant = get_mutator("train_backward").mutate(case, __import__("random").Random(0))
     assert [c.backward for c in mutant.calls] == [True, True] and mutant.calls[1].reset_cache
     assert mutant.calls[0].grad_enabled is None  # out of no_grad: a backward needs the graph
 
-
-_LINEAR = '''
-import torch
-
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.lin(x).relu()
-
-def make_inputs():
-    return (torch.randn(2, 4),)
-'''
