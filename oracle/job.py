@@ -312,6 +312,24 @@ def lost_write(expected: dict[str, Any] | None, actual: dict[str, Any] | None, p
     return "Python state"
 
 
+def unused_as_zero(expected: dict[str, Any], actual: dict[str, Any] | None) -> tuple[dict[str, Any], Any]:
+    """Gradients where one side says None (autograd: the outputs do not depend on it) and the
+    other an all-zero tensor (a compiled graph that takes the tensor as an input, say because it
+    writes into it, returns a zero gradient for it) are the same answer: both become the zeros."""
+    import torch
+
+    if not isinstance(actual, dict):
+        return expected, actual
+    exp, act = dict(expected), dict(actual)
+    for k in set(exp) & set(act):
+        e, a = exp[k], act[k]
+        if e is None and isinstance(a, torch.Tensor) and not bool(a.ne(0).any()):
+            exp[k] = a
+        elif a is None and isinstance(e, torch.Tensor) and not bool(e.ne(0).any()):
+            act[k] = e
+    return exp, act
+
+
 def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> RungOutcome | None:
     """The first disagreement between eager and the rung over the calls both completed, or None;
     a passing RungOutcome carrying a note when rounding-noise evidence was needed to pass."""
@@ -322,7 +340,8 @@ def judge_outputs(ref: Reference, outs: list[CallOutput], backend: Backend) -> R
         if backend.torch_side_effects:
             if r.grads is not None:  # a backward call: its gradients are judged like its outputs, and
                 # before the state, which an optimizer step computed from them
-                parts.append((GRADIENT_LABEL, r.grads, a.grads, f.grads if f else None, ref.grad_tie_masks.get(i)))
+                exp_g, act_g = unused_as_zero(r.grads, a.grads)
+                parts.append((GRADIENT_LABEL, exp_g, act_g, f.grads if f else None, ref.grad_tie_masks.get(i)))
             parts.append(("inputs after the call", r.args_after, a.args_after, f.args_after if f else None, None))
             parts.append(("module state after the call", r.state_after, a.state_after, f.state_after if f else None, None))
             parts.append((PYTHON_STATE, r.python_after, a.python_after, f.python_after if f else None, None))

@@ -219,3 +219,12 @@ def test_what_is_computed_from_the_sign_of_a_zero_is_not_compared():
         out = (torch.copysign(x, torch.tensor([1.0, 0.0, -2.0, 3.0, 1.0, 1.0])) * 2,
                torch.copysign(x, torch.tensor([1.0, -4.0, -2.0, 3.0, 1.0, 1.0])) * 2)
     assert rec.masks_for(out) == {"[0]": Unspecified()}
+
+
+def test_a_gradient_that_is_none_on_one_side_and_zeros_on_the_other_is_the_same_answer():
+    from nnforge.oracle.job import unused_as_zero
+
+    exp, act = unused_as_zero({"param w": None, "input 0": torch.ones(2)}, {"param w": torch.zeros(3), "input 0": torch.ones(2)})
+    assert torch.equal(exp["param w"], act["param w"])
+    exp, act = unused_as_zero({"param w": None}, {"param w": torch.tensor([0.0, 1.0])})
+    assert exp["param w"] is None  # a gradient that is not zero where eager has none stays a mismatch

@@ -149,5 +149,5 @@ def test_a_pack_reduces_to_the_member_that_holds_the_bug(pool):
     verdict, case = _check(pool, packed, "faulty_crash:sin")
     assert verdict.symptom is Symptom.CRASH
     res = Reducer(pool, "faulty_crash:sin", max_queries=60).reduce(case, verdict)
-    assert "sin" in op_names(res.case.program)
+    assert "sin" in op_names(res.case)
     assert len(res.case.program.splitlines()) < len(guilty.program.splitlines())  # less than one member is left
