@@ -314,22 +314,16 @@ class Campaign:
         t0 = time.perf_counter()
         try:
             seed_case, seed_no = source.draw(arm.target, self.rng)
+            if self.cfg.pack > 1 and not arm.mutates and arm.source == "generator" and not is_onnx_target(arm.target):
+                # more programs in the same compilation (a mutant rewrites one program: never packed)
+                seed_case = pack_cases([seed_case] + [source.draw(arm.target, self.rng)[0]
+                                                      for _ in range(self.cfg.pack - 1)])
         except Exception as e:
             if _is_disk_full(e):
                 raise
             self.counters.generate_failed += 1
             self.display.event(f"seed source {arm.source} failed: {type(e).__name__}: {e}")
             return None
-        if self.cfg.pack > 1 and not arm.mutates and arm.source == "generator" and not is_onnx_target(arm.target):
-            try:  # more programs in the same compilation (a mutant rewrites one program: never packed)
-                seed_case = pack_cases([seed_case] + [source.draw(arm.target, self.rng)[0]
-                                                      for _ in range(self.cfg.pack - 1)])
-            except Exception as e:
-                if _is_disk_full(e):
-                    raise
-                self.counters.generate_failed += 1
-                self.display.event(f"packing {self.cfg.pack} programs failed: {type(e).__name__}: {e}")
-                return None
         t_gen = time.perf_counter() - t0
         case, mutator_name, t_mut = seed_case, None, 0.0
         if arm.mutates:

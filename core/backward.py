@@ -119,23 +119,28 @@ def set_param_requires_grad(model: Any, wanted: dict[str, bool]) -> None:
             p.requires_grad_(bool(flag))
 
 
-def run_step(fn: Any, model: Any, args: tuple[Any, ...], step: Any, seed: int) -> tuple[Any, dict[str, Any] | None]:
-    """One call of a sequence as `step` (core/calls.CallStep) asks: the forward in its grad mode,
-    or the forward, its backward and its training step; (output, gradients or None). The
-    probes that replay a sequence outside the oracle (mutators/reach.py, mutators/validate.py)
-    call this; the oracle's backends run the same steps in their own loop (oracle/backend.py)."""
+def run_step(fn: Any, model: Any, args: tuple[Any, ...], step: Any, seed: int,
+             gradients: Any = None) -> tuple[Any, dict[str, Any] | None, tuple[Any, ...]]:
+    """One call of a sequence as `step` asks (anything with CallStep's `backward`,
+    `grad_enabled`, `optimizer` and `retain_graph`): the forward in its grad mode, or the
+    forward, its backward and its training step. Returns (output, gradients or None, the
+    arguments `fn` was called with). `gradients(leaves, out)` takes the backward when the caller
+    must see it taken (the eager reference records tied indices); by default `call_gradients`.
+    The oracle's backends (oracle/backend.py) and the probes that replay a sequence outside the
+    oracle (mutators/reach.py, mutators/validate.py) all run a call through this."""
     import torch
 
     if not step.backward:
         with torch.set_grad_enabled(torch.is_grad_enabled() if step.grad_enabled is None else step.grad_enabled):
-            return fn(*args), None
+            return fn(*args), None, args
     args, leaves = with_grad_inputs(args)
     with torch.enable_grad():
         out = fn(*args)
-        grads = call_gradients(model, leaves, out, seed, twice=step.retain_graph)
+        grads = (gradients(leaves, out) if gradients is not None
+                 else call_gradients(model, leaves, out, seed, twice=step.retain_graph))
     if step.optimizer is not None:
-        optimizer_step(model, grads, step.optimizer)
-    return out, grads
+        optimizer_step(model, grads or {}, step.optimizer)
+    return out, grads, args
 
 
 def differentiable(program: str) -> bool:

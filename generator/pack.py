@@ -75,15 +75,3 @@ def programs_in(case: TestCase) -> int:
     """How many generator programs the case holds (a pack's members; otherwise 1)."""
     return len(case.meta.get("pack") or ()) or 1
 
-
-def member_of_output(case: TestCase, output_index: int | None) -> int | None:
-    """Which member of a pack produced output leaf `output_index` (None when unknown or not a pack)."""
-    counts = case.meta.get("pack_outputs")
-    if not counts or output_index is None:
-        return None
-    start = 0
-    for i, n in enumerate(counts):
-        if output_index < start + n:
-            return i
-        start += n
-    return None

@@ -60,7 +60,7 @@ class SequenceMutator(Mutator):
         return None
 
 
-def _tensor_inputs(tree: ProgramTree) -> list[tuple[int, Fact]]:
+def tensor_inputs(tree: ProgramTree) -> list[tuple[int, Fact]]:
     """(index, facts) of forward's inputs that make_inputs visibly builds as tensors."""
     return [(i, tree.facts[p]) for i, p in enumerate(tree.params()) if p in tree.facts]
 
@@ -138,10 +138,10 @@ class RequiresGrad(SequenceMutator):
     needs = ("a float tensor input of known dtype",)
 
     def offers(self, tree, case):
-        return any(f.is_float for _, f in _tensor_inputs(tree))
+        return any(f.is_float for _, f in tensor_inputs(tree))
 
     def steps(self, tree, case, rng):
-        i = rng.choice([i for i, f in _tensor_inputs(tree) if f.is_float])
+        i = rng.choice([i for i, f in tensor_inputs(tree) if f.is_float])
         on = CallStep(inputs=(InputChange(index=i, requires_grad=True),))
         off = CallStep(inputs=(InputChange(index=i, requires_grad=False),))
         return (on, off, on) if rng.random() < 0.5 else (off, on)
@@ -157,7 +157,7 @@ class LayoutChange(SequenceMutator):
     needs = ("a tensor input of rank >= 1", "forward without .view (or a probe)")
 
     def offers(self, tree, case):
-        return any((f.rank or 0) >= 1 for _, f in _tensor_inputs(tree))
+        return any((f.rank or 0) >= 1 for _, f in tensor_inputs(tree))
 
     def mutate(self, case, rng, probe=None):
         tree = parse_case(case)
@@ -166,7 +166,7 @@ class LayoutChange(SequenceMutator):
         return super().mutate(case, rng, probe)
 
     def steps(self, tree, case, rng):
-        i, f = rng.choice([(i, f) for i, f in _tensor_inputs(tree) if (f.rank or 0) >= 1])
+        i, f = rng.choice([(i, f) for i, f in tensor_inputs(tree) if (f.rank or 0) >= 1])
         rank = f.rank or 0
         kinds = ["strided", "expanded"] + (["transposed"] if rank >= 2 else [])
         kinds += ["channels_last"] if rank == 4 and channels_last_ok(tree) else []
@@ -184,13 +184,13 @@ class DtypeChange(SequenceMutator):
     needs = ("a float tensor input of known dtype", "a probe (eager run in a worker)")
 
     def offers(self, tree, case):
-        return any(f.is_float for _, f in _tensor_inputs(tree))
+        return any(f.is_float for _, f in tensor_inputs(tree))
 
     def mutate(self, case, rng, probe=None):
         return None if probe is None else super().mutate(case, rng, probe)
 
     def steps(self, tree, case, rng):
-        i, f = rng.choice([(i, f) for i, f in _tensor_inputs(tree) if f.is_float])
+        i, f = rng.choice([(i, f) for i, f in tensor_inputs(tree) if f.is_float])
         dtype = rng.choice([d for d in ("float64", "float16", "bfloat16", "float32") if d != f.dtype])
         return (CallStep(inputs=(InputChange(index=i, dtype=dtype),)), CallStep())
 
@@ -209,7 +209,7 @@ class ShapeChange(SequenceMutator):
     needs = ("an input with a declared dynamic dim, or a probe",)
 
     def offers(self, tree, case):
-        return bool(case.meta.get("dynamic_inputs")) or any((f.rank or 0) >= 1 and f.shape for _, f in _tensor_inputs(tree))
+        return bool(case.meta.get("dynamic_inputs")) or any((f.rank or 0) >= 1 and f.shape for _, f in tensor_inputs(tree))
 
     def mutate(self, case, rng, probe=None):
         if probe is None and not case.meta.get("dynamic_inputs"):
@@ -218,7 +218,7 @@ class ShapeChange(SequenceMutator):
 
     def steps(self, tree, case, rng):
         declared = {int(k): v for k, v in (case.meta.get("dynamic_inputs") or {}).items()}
-        facts = dict(_tensor_inputs(tree))
+        facts = dict(tensor_inputs(tree))
         if declared and (rng.random() < 0.5 or not facts):
             i = rng.choice(sorted(declared))
             dim = rng.choice(declared[i])

@@ -22,7 +22,8 @@ from nnforge.core.backward import differentiable
 from nnforge.core.calls import OPTIMIZER_KINDS, CallStep
 from nnforge.core.testcase import TestCase
 from nnforge.mutators.ast_tools import ProgramTree
-from nnforge.mutators.base import TRAINING, Mutator, Probe, derive, ensure_calls, parse_case, register_mutator
+from nnforge.mutators.base import TRAINING, Probe, derive, ensure_calls, parse_case, register_mutator
+from nnforge.mutators.sequence import SequenceMutator, tensor_inputs
 
 
 def parameter_owners(tree: ProgramTree) -> list[str]:
@@ -42,31 +43,24 @@ def parameter_owners(tree: ProgramTree) -> list[str]:
     return names
 
 
-def _float_inputs(tree: ProgramTree) -> bool:
-    return any(tree.facts[p].is_float for p in tree.params() if p in tree.facts)
-
-
 def _train(**kw) -> CallStep:
     return CallStep(backward=True, **kw)
 
 
-class TrainingMutator(Mutator):
-    """Shared plumbing: the program must have something to differentiate (a float input or a
-    parameter) and nothing autograd refuses (core/backward.differentiable); the sequence it gets is the case's own first calls followed by `steps`."""
+class TrainingMutator(SequenceMutator):
+    """A sequence mutator whose `sequence` replaces the case's calls (a SequenceMutator appends
+    steps in the first call's grad mode; a training call sets its own). The program must have
+    something to differentiate (a float input or a parameter) and nothing autograd refuses
+    (core/backward.differentiable)."""
 
     category = TRAINING
-    kind: ClassVar[str] = ""
     needs_parameters: ClassVar[bool] = False
-
-    def applicable(self, case: TestCase) -> bool:
-        tree = parse_case(case)
-        return tree is not None and self.offers(tree, case)
 
     def offers(self, tree: ProgramTree, case: TestCase) -> bool:
         if not differentiable(case.program):
             return False
         owners = parameter_owners(tree)
-        return bool(owners) if self.needs_parameters else bool(owners) or _float_inputs(tree)
+        return bool(owners) if self.needs_parameters else bool(owners) or any(f.is_float for _, f in tensor_inputs(tree))
 
     def sequence(self, tree: ProgramTree, case: TestCase, rng: random.Random) -> tuple[CallStep, ...] | None:
         raise NotImplementedError

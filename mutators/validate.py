@@ -107,7 +107,7 @@ def run_eager(payload: dict[str, Any]) -> dict[str, Any]:
                 args = build_args(base, step.inputs, seed * 1000 + i)
                 apply_state(step, model, module)
                 torch.manual_seed(seed + i)
-                out, grads = run_step(model, model, args, step, seed + i)
+                out, grads, _ = run_step(model, model, args, step, seed + i)
                 outs.append(_detach(out if grads is None else (out, grads)))
             runs.append(outs)
         except Exception as e:  # the mutant is invalid; say where

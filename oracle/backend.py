@@ -16,13 +16,12 @@ and register themselves with `@register_backend`; `load_backends()` imports them
 
 from __future__ import annotations
 
-import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import import_module
 from typing import Any, Callable, ClassVar, Sequence
 
-from nnforge.core.backward import call_gradients, optimizer_step, with_grad_inputs
+from nnforge.core.backward import call_gradients, run_step
 from nnforge.core.python_state import python_state
 
 BACKEND_MODULES = (
@@ -162,16 +161,11 @@ class Backend:
                 if i > 0 and (reset_each_call or call.reset_cache):
                     self.reset()
                 torch.manual_seed(call.seed)
-                backward = call.backward and self.torch_side_effects and call.grad_enabled is not False
-                grad = (torch.enable_grad() if backward else contextlib.nullcontext() if call.grad_enabled is None
-                        else torch.set_grad_enabled(call.grad_enabled))
-                args, leaves = with_grad_inputs(call.args) if backward else (call.args, {})
+                # a backend that does not run the Python model (ONNX) judges the forward only
+                step = call if self.torch_side_effects and call.grad_enabled is not False else replace(call, backward=False)
                 start = time.perf_counter()
-                with grad:
-                    out = self.run_one(model, args, i)
-                    grads = self.gradients(model, leaves, out, call, i) if backward else None
-                if backward and call.optimizer is not None:
-                    optimizer_step(model, grads or {}, call.optimizer)  # parameters compared after the call
+                out, grads, args = run_step(lambda *a: self.run_one(model, a, i), model, call.args, step, call.seed,
+                                            gradients=lambda leaves, o: self.gradients(model, leaves, o, call, i))
                 elapsed = time.perf_counter() - start
                 if self.torch_side_effects:
                     results.append(CallOutput(snapshot(out), snapshot(args), snapshot(_module_state(model)),

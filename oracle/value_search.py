@@ -60,6 +60,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
+from nnforge.core.backward import call_gradients
 from nnforge.core.dtypes import INT_SEARCH_WIDEN, from_torch, int_search_range
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.oracle.safe_domain import (
@@ -747,18 +748,6 @@ class _GradWatch(TorchFunctionMode):
             self.culprit = key
 
 
-def _nonfinite_gradients(out: Any, wrt: list[torch.Tensor], seed: int) -> bool:
-    """Whether the gradients of the cotangent-weighted float outputs (core/backward.py's loss)
-    with respect to `wrt` hold NaN or Inf."""
-    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad]
-    if not outs or not wrt:
-        return False
-    gen = torch.Generator().manual_seed(int(seed))
-    loss = sum((t.to(torch.float64) * torch.randn(t.shape, generator=gen, dtype=torch.float64)).sum() for t in outs)
-    grads = torch.autograd.grad(loss, wrt, allow_unused=True)
-    return _nonfinite_tree([g for g in grads if g is not None])
-
-
 @dataclass
 class _Slot:
     """One float tensor being optimised: `work` is what the program sees (original dtype and
@@ -981,8 +970,8 @@ class _Run:
         try:
             with torch.enable_grad(), watch:
                 out = self.model(*tree_unflatten(args, self.spec))
-            bad = _nonfinite_gradients(out, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-                                       + [p for p, _, _, _ in self.params], self.cfg.seed)
+            leaves = {i: a for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad}
+            bad = _nonfinite_tree(list(call_gradients(self.model, leaves, out, self.cfg.seed).values()))
         except Exception:  # a backward that raises is the test's to judge, not the search's
             return _Outcome()
         if not bad:
