@@ -36,7 +36,7 @@ from nnforge.oracle.sandbox import WorkerPool
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "nnforge.oracle.job:run_case"
-DIAGNOSE_JOB = "nnforge.oracle.value_search:diagnose_program"
+DIAGNOSE_JOB = "nnforge.oracle.value_search.diagnose:diagnose_program"
 
 
 GENERATION_TIMEOUT_S = 60.0
@@ -202,7 +202,7 @@ def main() -> None:
               f"generator hung on seeds {r['generator_hung']}, failed on seeds {r['generator_failed']}, {secs:.0f} s; "
               f"unrepaired culprits: {r['culprits']}")
     if families:
-        print(f"\nper value bin (programs take the bins in turn; 'kept': all finite with the bin's property kept):")
+        print("\nper value bin (programs take the bins in turn; 'kept': all finite with the bin's property kept):")
         print(f"{'nodes':>5} {'bin':>9} {'programs':>8} {'all finite':>11} {'kept':>7}")
         for r, _ in rows:
             for b in families:

@@ -10,8 +10,9 @@ programs are run and left out of the table, as a long campaign would have paid t
     .venv/bin/python bench/profile.py --count 30 --nodes 10
     .venv/bin/python bench/profile.py --count 30 --nodes 10 --mutants   # every other program a mutant
 
-Prints, per phase, the total and median seconds per test and its share of the whole, and per
-rung its share: what running only the top rung saves on a test that passes.
+Prints, per phase, the total and median seconds per test and its share of the whole, how many
+times the C++ compiler ran and what one run costs, and per rung its share: what running only
+the top rung saves on a test that passes.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def main() -> int:
     rng = random.Random(args.seed)
     per_test: list[dict[str, float]] = []
     rungs: dict[str, list[float]] = {}
+    compiles: list[int] = []
+    by_kind: dict[str, list[tuple[float, int]]] = {}  # kind -> (seconds, C++ compiler runs) per test
     kinds = {"seed": 0, "mutant": 0}
     t_start = time.perf_counter()
     with WorkerPool(size=1, timeout_s=600, preload=("torch", "torch._dynamo")) as pool:
@@ -83,6 +86,8 @@ def main() -> int:
             if k <= args.warmup:
                 continue
             per_test.append(out.value["phases"])
+            compiles.append(int(out.value.get("cpp_compiles", 0)))
+            by_kind.setdefault(kind, []).append((sum(out.value["phases"].values()), compiles[-1]))
             kinds[kind] += 1
             for r, s in out.value["rungs"].items():
                 rungs.setdefault(r, []).append(s)
@@ -91,12 +96,21 @@ def main() -> int:
     total = sum(sum(t.values()) for t in per_test) or 1.0
     print(f"\n{len(per_test)} tests on {args.target} ({kinds['seed']} generator programs, {kinds['mutant']} mutants), "
           f"{args.nodes} nodes, {time.perf_counter() - t_start:.0f} s\n")
-    print(f"| phase | total s | median s/test | share |\n|---|---|---|---|")
+    print("| phase | total s | median s/test | share |\n|---|---|---|---|")
     for phase in PHASES:
         vals = [t.get(phase, 0.0) for t in per_test]
         print(f"| {phase} | {sum(vals):.1f} | {statistics.median(vals):.3f} | {100 * sum(vals) / total:.1f}% |")
+    cpp_s = sum(t.get("c++ compile", 0.0) for t in per_test)
+    if sum(compiles):
+        print(f"\nC++ compiler runs: {sum(compiles)} ({statistics.median(compiles):.0f} per test, median), "
+              f"{cpp_s / sum(compiles):.2f} s each on average")
+    if len(by_kind) > 1:
+        print("\n| kind | tests | median s/test | median C++ runs/test |\n|---|---|---|---|")
+        for kind, rows in by_kind.items():
+            print(f"| {kind} | {len(rows)} | {statistics.median(r[0] for r in rows):.2f} | "
+                  f"{statistics.median(r[1] for r in rows):.0f} |")
     rung_total = sum(sum(v) for v in rungs.values()) or 1.0
-    print(f"\n| rung | total s | median s/test | share of rung time |\n|---|---|---|---|")
+    print("\n| rung | total s | median s/test | share of rung time |\n|---|---|---|---|")
     for r, v in rungs.items():
         print(f"| {r} | {sum(v):.1f} | {statistics.median(v):.3f} | {100 * sum(v) / rung_total:.1f}% |")
     return 0

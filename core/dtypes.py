@@ -32,7 +32,7 @@ def from_torch(dtype) -> str:
 
 # Integer program inputs are drawn from these closed ranges (generator/materialize.py), and value
 # search's gradient moves an integer input as far as INT_SEARCH_WIDEN beyond them
-# (`int_search_range`, used by oracle/value_search.py `_int_reach`). The generator's value facts
+# (`int_search_range`, used by oracle/value_search/slots.py `int_reach`). The generator's value facts
 # rely on both: an integer input stays within that range, and gets anywhere in it.
 INPUT_INT_RANGES = {"uint8": (0, 15)}
 INPUT_INT_RANGE_DEFAULT = (-8, 8)

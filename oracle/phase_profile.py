@@ -46,6 +46,16 @@ def _metrics() -> dict[str, float]:
     return {k: float(sum(v)) for k, v in compilation_time_metrics.items()}
 
 
+def _cpp_compiles() -> int:
+    """How many times the C++ compiler has run in this process (each Inductor kernel module is
+    one run, and most of its cost is fixed: loading the precompiled ATen header)."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return 0
+    return len(compilation_time_metrics.get(_CPP, ()))
+
+
 def split_compile(delta: dict[str, float], rung_s: float) -> dict[str, float]:
     """A rung's seconds by phase, from the growth of torch's compile timers over its run."""
     g = lambda name: max(0.0, delta.get(name, 0.0))  # noqa: E731
@@ -82,18 +92,22 @@ def profile_case(payload: dict[str, Any]) -> dict[str, Any]:
     fixed = {**payload, "inputs_pt": first["inputs_pt"], "state_pt": first["state_pt"], "search": False}
     rungs: dict[str, float] = {}
     symptom = "pass"
+    compiles = 0
     for rung in parse_target(target).spec.rungs:
         before = _metrics()
+        compiles_before = _cpp_compiles()
         t0 = time.perf_counter()
         out = run_case({**fixed, "targets": [target], "rungs": {target: [rung]}})
         wall = time.perf_counter() - t0
         ref_s = float(out["timings"].get("reference_s", 0.0))
         rung_s = max(0.0, wall - ref_s - float(out["timings"].get("prepare_s", 0.0)))
         after = _metrics()
+        compiles += _cpp_compiles() - compiles_before
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         for phase, s in split_compile(delta, rung_s).items():
             phases[phase] += s
         rungs[rung] = round(rung_s, 4)
         if out["status"] == "ok" and out["verdicts"] and out["verdicts"][0]["symptom"] != "pass" and symptom == "pass":
             symptom = out["verdicts"][0]["symptom"]
-    return {"status": "ok", "phases": {k: round(v, 4) for k, v in phases.items()}, "rungs": rungs, "symptom": symptom}
+    return {"status": "ok", "phases": {k: round(v, 4) for k, v in phases.items()}, "rungs": rungs, "symptom": symptom,
+            "cpp_compiles": compiles}

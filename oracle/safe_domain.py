@@ -1,6 +1,6 @@
 """Safe domains of operators, written as losses on an operator's *inputs*.
 
-Value search (value_search.py) runs a program, finds the first operator whose output is not
+Value search (oracle/value_search/) runs a program, finds the first operator whose output is not
 finite, and takes a gradient step on that operator's loss from this table. A loss is zero when
 every input lies inside the operator's safe domain with a margin, and grows with the distance
 outside it, so that gradient descent walks the inputs (and through them the model's inputs and

@@ -215,36 +215,56 @@ def _call_code(i: int, step: CallStep) -> str:
 
 # -- the target as code --------------------------------------------------------------------------------------------
 def _target_code(rt: ReproTarget) -> str:
-    params = dict(rt.params)
     if rt.family == "torch":
-        if rt.needs_nnforge:
-            return textwrap.dedent(f'''\
-                def repro_target(model):
-                    """The system under test: a test-only planted fault of NNForge (needs nnforge importable)."""
-                    import torch._inductor.config
-                    from nnforge.oracle.backend import parse_target
+        return _torch_target_code(rt)
+    return _onnx_export_code(rt) + "\n\n" + _onnx_run_code(rt) + "\n\n" + textwrap.dedent('''\
+        def repro_target(model):
+            """The system under test: every call is exported afresh and run."""
+            import numpy as np
 
-                    torch._inductor.config.fallback_random = True
-                    torch._dynamo.reset()
-                    rung = parse_target({rt.target!r}).ladder([{rt.rung!r}])[0]
-                    return rung.wrap_compiled(model, torch.compile(model, **rung.compile_kwargs())), torch._dynamo.reset
-                ''')
-        kwargs = [f'backend="{TORCH_RUNG_BACKENDS[rt.rung]}"']
-        if params.get("dynamic") is not None:
-            kwargs.append(f"dynamic={bool(params['dynamic'])}")
-        if params.get("fullgraph"):
-            kwargs.append("fullgraph=True")
-        if params.get("mode") and rt.rung == "inductor":
-            kwargs.append(f"mode={str(params['mode'])!r}")
+            def fn(*args):
+                onnx_bytes = repro_export(model, args)
+                return [torch.from_numpy(np.asarray(o).copy()) for o in repro_run_onnx(onnx_bytes, repro_feeds(onnx_bytes, args))]
+
+            return fn, lambda: None
+        ''')
+
+
+def _torch_target_code(rt: ReproTarget) -> str:
+    """torch.compile with the rung's backend and the target's options (or a planted fault)."""
+    params = dict(rt.params)
+    if rt.needs_nnforge:
         return textwrap.dedent(f'''\
             def repro_target(model):
-                """The system under test."""
+                """The system under test: a test-only planted fault of NNForge (needs nnforge importable)."""
                 import torch._inductor.config
+                from nnforge.oracle.backend import parse_target
 
-                torch._inductor.config.fallback_random = True  # random ops draw from eager's RNG stream
+                torch._inductor.config.fallback_random = True
                 torch._dynamo.reset()
-                return torch.compile(model, {", ".join(kwargs)}), torch._dynamo.reset
+                rung = parse_target({rt.target!r}).ladder([{rt.rung!r}])[0]
+                return rung.wrap_compiled(model, torch.compile(model, **rung.compile_kwargs())), torch._dynamo.reset
             ''')
+    kwargs = [f'backend="{TORCH_RUNG_BACKENDS[rt.rung]}"']
+    if params.get("dynamic") is not None:
+        kwargs.append(f"dynamic={bool(params['dynamic'])}")
+    if params.get("fullgraph"):
+        kwargs.append("fullgraph=True")
+    if params.get("mode") and rt.rung == "inductor":
+        kwargs.append(f"mode={str(params['mode'])!r}")
+    return textwrap.dedent(f'''\
+        def repro_target(model):
+            """The system under test."""
+            import torch._inductor.config
+
+            torch._inductor.config.fallback_random = True  # random ops draw from eager's RNG stream
+            torch._dynamo.reset()
+            return torch.compile(model, {", ".join(kwargs)}), torch._dynamo.reset
+        ''')
+
+
+def _onnx_export_code(rt: ReproTarget) -> str:
+    """repro_export and repro_feeds: the exporter the rung tests (TorchScript-based, or dynamo)."""
     export = textwrap.dedent(f'''\
         def repro_export(model, args):
             """TorchScript-based ONNX export, literal: no constant folding, train/eval mode kept."""
@@ -295,6 +315,11 @@ def _target_code(rt: ReproTarget) -> str:
                 return {{f"in_{{i}}": a.detach().contiguous().numpy() for i, a in enumerate(args)
                         if isinstance(a, torch.Tensor) and f"in_{{i}}" in wanted}}
             ''')
+    return export
+
+
+def _onnx_run_code(rt: ReproTarget) -> str:
+    """repro_run_onnx: the ONNX runtime of the rung (ONNX Runtime, TVM, onnx's reference)."""
     if rt.rung in ("ort_kernels", "ort_optimizer"):
         level = "ORT_DISABLE_ALL" if rt.rung == "ort_kernels" else "ORT_ENABLE_ALL"
         run = textwrap.dedent(f'''\
@@ -346,17 +371,7 @@ def _target_code(rt: ReproTarget) -> str:
 
                 return ReferenceEvaluator(onnx.load_from_string(onnx_bytes)).run(None, feeds)
             ''')
-    return export + "\n\n" + run + "\n\n" + textwrap.dedent('''\
-        def repro_target(model):
-            """The system under test: every call is exported afresh and run."""
-            import numpy as np
-
-            def fn(*args):
-                onnx_bytes = repro_export(model, args)
-                return [torch.from_numpy(np.asarray(o).copy()) for o in repro_run_onnx(onnx_bytes, repro_feeds(onnx_bytes, args))]
-
-            return fn, lambda: None
-        ''')
+    return run
 
 
 # -- the fixed part of every script ----------------------------------------------------------------------------
