@@ -19,12 +19,12 @@ all read `log`; `a / b` reads `div`, `1 / x` reads `rdiv`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-LossFn = Callable[[tuple, dict, torch.dtype], "torch.Tensor | None"]
+LossFn = Callable[[tuple, dict, torch.dtype, "LossMode"], "torch.Tensor | None"]
 
 SAFE_DOMAIN: dict[str, LossFn] = {}
 
@@ -142,28 +142,26 @@ class PoleCrossing:
         self.across, self.seen = False, False
 
 
-POLES = PoleCrossing()
-
 
 def _reversed_slope(x: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """A stand-in whose gradient in x is minus fn's (the value is never used)."""
     return -fn(x)
 
 
-def _pole_proxy(x: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor | None:
-    """For an operator with a pole in operand x: its slope reversed while POLES.across."""
+def _pole_proxy(x: Any, fn: Callable[[torch.Tensor], torch.Tensor], poles: PoleCrossing) -> torch.Tensor | None:
+    """For an operator with a pole in operand x: its slope reversed while `poles.across`."""
     if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.requires_grad):
         return None
-    POLES.seen = True
-    return _reversed_slope(x, fn) if POLES.across else None
+    poles.seen = True
+    return _reversed_slope(x, fn) if poles.across else None
 
 
-def _divisor_pole_proxy(x: Any, y: Any) -> torch.Tensor | None:
-    """x / y with the slope in the divisor y reversed while POLES.across (the dividend's kept)."""
+def _divisor_pole_proxy(x: Any, y: Any, poles: PoleCrossing) -> torch.Tensor | None:
+    """x / y with the slope in the divisor y reversed while `poles.across` (the dividend's kept)."""
     if not (isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad):
         return None
-    POLES.seen = True
-    if not POLES.across or isinstance(x, bool) or not isinstance(x, (torch.Tensor, int, float)):
+    poles.seen = True
+    if not poles.across or isinstance(x, bool) or not isinstance(x, (torch.Tensor, int, float)):
         return None
     x_d = x.detach() if isinstance(x, torch.Tensor) else x
     try:
@@ -190,20 +188,20 @@ def _operands(args: tuple, kwargs: dict, first: str, second: str) -> tuple[Any, 
 
 
 # Zero-gradient (or misleading-gradient) operators whose result, during a repair step, carries
-# the gradient of a smooth stand-in instead: fn(args, kwargs, out) -> proxy (None: no stand-in).
-PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor], "torch.Tensor | None"]] = {
-    "floor_divide": lambda a, k, out: _divide_proxy(*_operands(a, k, "input", "other"), out),
-    "rfloor_divide": lambda a, k, out: _divide_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
-    "fmod": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
-    "remainder": lambda a, k, out: _remainder_proxy(*_operands(a, k, "input", "other"), out),
-    "rremainder": lambda a, k, out: _remainder_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
-    "atan2": lambda a, k, out: _atan2_proxy(*_operands(a, k, "input", "other"), out),
-    "tan": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.tan),
-    "reciprocal": lambda a, k, out: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.reciprocal),
-    "div": lambda a, k, out: _divisor_pole_proxy(*_operands(a, k, "input", "other")),
-    "abs": lambda a, k, out: _kink_proxy(_arg(a, k, 0, "input", "self"), torch.sign),
-    "square": lambda a, k, out: _kink_proxy(_arg(a, k, 0, "input", "self"), lambda x: 2 * x),
-    "rdiv": lambda a, k, out: _divisor_pole_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self")),
+# the gradient of a smooth stand-in instead: fn(args, kwargs, out, mode) -> proxy (None: no stand-in).
+PROXY_GRADIENT: dict[str, Callable[[tuple, dict, torch.Tensor, "LossMode"], "torch.Tensor | None"]] = {
+    "floor_divide": lambda a, k, out, mode: _divide_proxy(*_operands(a, k, "input", "other"), out),
+    "rfloor_divide": lambda a, k, out, mode: _divide_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
+    "fmod": lambda a, k, out, mode: _remainder_proxy(*_operands(a, k, "input", "other"), out),
+    "remainder": lambda a, k, out, mode: _remainder_proxy(*_operands(a, k, "input", "other"), out),
+    "rremainder": lambda a, k, out, mode: _remainder_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), out),
+    "atan2": lambda a, k, out, mode: _atan2_proxy(*_operands(a, k, "input", "other"), out),
+    "tan": lambda a, k, out, mode: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.tan, mode.poles),
+    "reciprocal": lambda a, k, out, mode: _pole_proxy(_arg(a, k, 0, "input", "self"), torch.reciprocal, mode.poles),
+    "div": lambda a, k, out, mode: _divisor_pole_proxy(*_operands(a, k, "input", "other"), mode.poles),
+    "abs": lambda a, k, out, mode: _kink_proxy(_arg(a, k, 0, "input", "self"), torch.sign),
+    "square": lambda a, k, out, mode: _kink_proxy(_arg(a, k, 0, "input", "self"), lambda x: 2 * x),
+    "rdiv": lambda a, k, out, mode: _divisor_pole_proxy(_arg(a, k, 1, "other"), _arg(a, k, 0, "self"), mode.poles),
 }
 # Monotone increasing operators whose true gradient vanishes on large regions: saturation
 # (tanh(20), sigmoid(-100), elu(-100)), or rounding in low precision (tanhshrink(0.02) is 0 in
@@ -356,12 +354,30 @@ class TieBreak:
         return torch.where(d > 0, 1.0, torch.where(tie, self.direction, -1.0)).to(offset.dtype)
 
 
-TIES = TieBreak()
+
+@dataclass
+class LossMode:
+    """The switches a value search flips while it runs and its losses read: which way values
+    exactly on a forbidden point are pushed, and whether slopes through poles are reversed. Each
+    search has its own, passed to every loss and stand-in: no module state changes."""
+
+    ties: TieBreak = field(default_factory=TieBreak)
+    poles: PoleCrossing = field(default_factory=PoleCrossing)
+
+    def clear(self) -> None:
+        """Forget what the last run met (before each run)."""
+        self.ties.clear()
+        self.poles.clear()
+
+    def reset(self) -> None:
+        """Back to the start: ties pushed up, poles not crossed (a fresh draw)."""
+        self.ties.reset()
+        self.poles.reset()
 
 
-def _away_from_zero(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Penalty for |x| < eps whose gradient is non-zero even at exactly 0 (pushed TIES' way)."""
-    return torch.relu(eps - x * TIES.signs(x)).sum()
+def _away_from_zero(x: torch.Tensor, eps: float, ties: TieBreak) -> torch.Tensor:
+    """Penalty for |x| < eps whose gradient is non-zero even at exactly 0 (pushed the ties' way)."""
+    return torch.relu(eps - x * ties.signs(x)).sum()
 
 
 def exp_bound(dtype: torch.dtype) -> float:
@@ -405,36 +421,36 @@ def _tensors(args: tuple, kwargs: dict):
 
 
 @safe_domain("log", "log2", "log10", "rsqrt")
-def _positive(args, kwargs, dtype):
+def _positive(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, MARGIN)
 
 
-def _away_from_poles(x: torch.Tensor) -> torch.Tensor:
+def _away_from_poles(x: torch.Tensor, ties: TieBreak) -> torch.Tensor:
     """Gamma-family poles: 0, -1, -2, ... Negative non-integers are fine (lgamma(-1.5) is
     finite), so only values near a non-positive integer are penalised, pushed off it (one
-    exactly on it: TIES' way)."""
+    exactly on it: the ties' way)."""
     d = x - torch.round(x.detach())
     near_pole = x.detach() < MARGIN
-    direction = TIES.signs(torch.where(near_pole, d, torch.ones_like(d)))
+    direction = ties.signs(torch.where(near_pole, d, torch.ones_like(d)))
     return torch.where(near_pole, torch.relu(MARGIN - d * direction), torch.zeros_like(x)).sum()
 
 
 @safe_domain("lgamma", "digamma")
-def _gamma(args, kwargs, dtype):
+def _gamma(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_poles(x)
+    return None if x is None else _away_from_poles(x, mode.ties)
 
 
 @safe_domain("polygamma")
-def _polygamma(args, kwargs, dtype):
+def _polygamma(args, kwargs, dtype, mode):
     # torch.polygamma(n, x) and x.polygamma(n) put x in different places.
     x = next((f for f in map(_float, _tensors(args, kwargs)) if f is not None), None)
-    return None if x is None else _away_from_poles(x)
+    return None if x is None else _away_from_poles(x, mode.ties)
 
 
 @safe_domain("mvlgamma")
-def _mvlgamma(args, kwargs, dtype):
+def _mvlgamma(args, kwargs, dtype, mode):
     # mvlgamma(x, p) is finite for x > (p - 1) / 2.
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     p = _arg(args, kwargs, 1, "p")
@@ -444,13 +460,13 @@ def _mvlgamma(args, kwargs, dtype):
 
 
 @safe_domain("sqrt")
-def _non_negative(args, kwargs, dtype):
+def _non_negative(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, MARGIN)
 
 
 @safe_domain("log1p")
-def _above_minus_one(args, kwargs, dtype):
+def _above_minus_one(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, -1.0 + MARGIN)
 
@@ -468,37 +484,37 @@ def _outside_closed(x: torch.Tensor, bound: float, above: bool) -> torch.Tensor:
 
 
 @safe_domain("atanh", "erfinv")
-def _open_unit_interval(args, kwargs, dtype):
+def _open_unit_interval(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x.abs(), 1.0 - MARGIN)
 
 
 @safe_domain("asin", "acos")
-def _unit_interval(args, kwargs, dtype):
+def _unit_interval(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _outside_closed(x.abs(), 1.0, above=True)
 
 
 @safe_domain("acosh")
-def _at_least_one(args, kwargs, dtype):
+def _at_least_one(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _outside_closed(x, 1.0, above=False)
 
 
 @safe_domain("entr")
-def _entr(args, kwargs, dtype):
+def _entr(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, 0.0)
 
 
 @safe_domain("xlog1py")
-def _xlog1py(args, kwargs, dtype):
+def _xlog1py(args, kwargs, dtype, mode):
     y = _float(_arg(args, kwargs, 1, "other"))
     return None if y is None else _below(y, -1.0 + MARGIN)
 
 
 @safe_domain("logit", "ndtri")
-def _open_unit(args, kwargs, dtype):
+def _open_unit(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     if x is None:
         return None
@@ -506,57 +522,57 @@ def _open_unit(args, kwargs, dtype):
 
 
 @safe_domain("exp", "expm1")
-def _exp(args, kwargs, dtype):
+def _exp(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x, exp_bound(dtype))
 
 
 @safe_domain("exp2")
-def _exp2(args, kwargs, dtype):
+def _exp2(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x, exp_bound(dtype) / math.log(2.0))
 
 
 @safe_domain("sinh", "cosh")
-def _hyperbolic(args, kwargs, dtype):
+def _hyperbolic(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x.abs(), exp_bound(dtype))
 
 
 @safe_domain("tan")
-def _tan(args, kwargs, dtype):
+def _tan(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_zero(torch.cos(x), DIVISOR_EPS)
+    return None if x is None else _away_from_zero(torch.cos(x), DIVISOR_EPS, mode.ties)
 
 
 @safe_domain("reciprocal")
-def _reciprocal(args, kwargs, dtype):
+def _reciprocal(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_zero(x, DIVISOR_EPS)
+    return None if x is None else _away_from_zero(x, DIVISOR_EPS, mode.ties)
 
 
 @safe_domain("div", "floor_divide", "remainder", "fmod")
-def _divisor_second(args, kwargs, dtype):
+def _divisor_second(args, kwargs, dtype, mode):
     y = _float(_arg(args, kwargs, 1, "other"))
-    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS, mode.ties)
 
 
 @safe_domain("rdiv", "rfloor_divide", "rremainder")
-def _divisor_first(args, kwargs, dtype):
+def _divisor_first(args, kwargs, dtype, mode):
     # a.__rtruediv__(b) computes b / a: the tensor the method is called on is the divisor.
     y = _float(_arg(args, kwargs, 0, "self", "input"))
-    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS, mode.ties)
 
 
 @safe_domain("addcdiv")
-def _addcdiv_divisor(args, kwargs, dtype):
+def _addcdiv_divisor(args, kwargs, dtype, mode):
     # x + value * t1 / t2: a zero t2 gives inf, or NaN (0 * inf) even where value is 0.
     y = _float(_arg(args, kwargs, 2, "tensor2"))
-    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS, mode.ties)
 
 
 @safe_domain("xlogy")
-def _xlogy(args, kwargs, dtype):
+def _xlogy(args, kwargs, dtype, mode):
     y = _float(_arg(args, kwargs, 1, "other"))
     return None if y is None else _below(y, MARGIN)
 
@@ -580,18 +596,18 @@ def _pow_loss(base: Any, exponent: Any, dtype: torch.dtype) -> torch.Tensor | No
 
 
 @safe_domain("pow")
-def _pow(args, kwargs, dtype):
+def _pow(args, kwargs, dtype, mode):
     return _pow_loss(_arg(args, kwargs, 0, "input", "self"), _arg(args, kwargs, 1, "exponent", "other"), dtype)
 
 
 @safe_domain("rpow")
-def _rpow(args, kwargs, dtype):
+def _rpow(args, kwargs, dtype, mode):
     # a.__rpow__(b) computes b ** a.
     return _pow_loss(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"), dtype)
 
 
 @safe_domain("lp_pool1d", "lp_pool2d", "lp_pool3d")
-def _lp_pool(args, kwargs, dtype):
+def _lp_pool(args, kwargs, dtype, mode):
     # (sum x ** p) ** (1 / p): a fractional p makes negative inputs NaN, an odd p negative sums.
     x = _float(_arg(args, kwargs, 0, "input"))
     p = _arg(args, kwargs, 1, "norm_type")
@@ -604,27 +620,27 @@ def _lp_pool(args, kwargs, dtype):
 
 
 @safe_domain("batch_norm", "instance_norm")
-def _running_variance(args, kwargs, dtype):
+def _running_variance(args, kwargs, dtype, mode):
     # eval-mode normalisation divides by sqrt(running_var + eps).
     var = _float(_arg(args, kwargs, 2, "running_var"))
     return None if var is None else _below(var, MARGIN)
 
 
-def repair_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+def repair_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype, mode: LossMode) -> tuple[torch.Tensor | None, str]:
     """The repair loss for operator `name` on these inputs, and which kind it is: "domain" (the
     table's loss: some input lies outside the safe domain), "magnitude" (the generic loss: the
     inputs are inside the domain, or the table has no entry, so the result overflowed) or
     "none" (outside the domain along an input with no gradient: only resampling can help)."""
-    return _table_loss(SAFE_DOMAIN, name, args, kwargs, dtype)
+    return _table_loss(SAFE_DOMAIN, name, args, kwargs, dtype, mode)
 
 
 def _table_loss(table: dict[str, LossFn], name: str, args: tuple, kwargs: dict,
-                dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+                dtype: torch.dtype, mode: LossMode) -> tuple[torch.Tensor | None, str]:
     """`table`'s loss for `name` when it is positive ("domain"), else the magnitude loss."""
     fn = table.get(name)
     if fn is not None:
         try:
-            loss = fn(args, kwargs, dtype)
+            loss = fn(args, kwargs, dtype, mode)
         except (RuntimeError, TypeError, ValueError, IndexError):
             loss = None
         if loss is not None and float(loss.detach()) > 0.0:
@@ -635,13 +651,13 @@ def _table_loss(table: dict[str, LossFn], name: str, args: tuple, kwargs: dict,
     return loss, ("magnitude" if loss is not None else "none")
 
 
-def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tensor | None:
+def hinge_for(name: str, args: tuple, kwargs: dict, dtype: torch.dtype, mode: LossMode) -> torch.Tensor | None:
     """The table's loss alone (no fallback): keeps an already repaired operator repaired."""
     fn = SAFE_DOMAIN.get(name)
     if fn is None:
         return None
     try:
-        loss = fn(args, kwargs, dtype)
+        loss = fn(args, kwargs, dtype, mode)
     except (RuntimeError, TypeError, ValueError, IndexError):
         return None
     return loss if loss is not None and loss.requires_grad else None
@@ -677,51 +693,51 @@ derivative_pole("rdiv")(_divisor_first)
 
 
 @derivative_pole("asin", "acos")
-def _poles_at_unit(args, kwargs, dtype):
+def _poles_at_unit(args, kwargs, dtype, mode):
     # finite on [-1, 1], its slope infinite at both ends (the forward's loss lets +-1 stand)
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _above(x.abs(), 1.0 - MARGIN)
 
 
 @derivative_pole("acosh")
-def _pole_at_one(args, kwargs, dtype):
+def _pole_at_one(args, kwargs, dtype, mode):
     x = _float(_arg(args, kwargs, 0, "input", "self"))
     return None if x is None else _below(x, 1.0 + MARGIN)
 
 
 @derivative_pole("xlogy")
-def _xlogy_slope(args, kwargs, dtype):
+def _xlogy_slope(args, kwargs, dtype, mode):
     # x * log(y): its slope in y, x / y, is infinite at y = 0 where the value is 0
     y = _float(_arg(args, kwargs, 1, "other"))
-    return None if y is None else _away_from_zero(y, DIVISOR_EPS)
+    return None if y is None else _away_from_zero(y, DIVISOR_EPS, mode.ties)
 
 
-def _pow_slope(base: Any, exponent: Any) -> torch.Tensor | None:
+def _pow_slope(base: Any, exponent: Any, ties: TieBreak) -> torch.Tensor | None:
     """b ** e: slope e * b ** (e - 1) has a pole at b = 0 for e < 1, and the slope in a tensor
     exponent, b ** e * log(b), is NaN at b = 0 whatever e is."""
     b = _float(base)
     if b is None:
         return None
     if isinstance(exponent, torch.Tensor) and exponent.requires_grad:
-        return _away_from_zero(b, MARGIN)
+        return _away_from_zero(b, MARGIN, ties)
     e = float(exponent) if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) else None
     if e is None or e >= 1.0 or (e.is_integer() and e >= 0):
         return None
-    return _away_from_zero(b, MARGIN)
+    return _away_from_zero(b, MARGIN, ties)
 
 
 @derivative_pole("pow")
-def _pow_pole(args, kwargs, dtype):
-    return _pow_slope(_arg(args, kwargs, 0, "input", "self"), _arg(args, kwargs, 1, "exponent", "other"))
+def _pow_pole(args, kwargs, dtype, mode):
+    return _pow_slope(_arg(args, kwargs, 0, "input", "self"), _arg(args, kwargs, 1, "exponent", "other"), mode.ties)
 
 
 @derivative_pole("rpow")
-def _rpow_pole(args, kwargs, dtype):
-    return _pow_slope(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"))
+def _rpow_pole(args, kwargs, dtype, mode):
+    return _pow_slope(_arg(args, kwargs, 1, "other"), _arg(args, kwargs, 0, "self"), mode.ties)
 
 
-def derivative_pole_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[torch.Tensor | None, str]:
+def derivative_pole_loss(name: str, args: tuple, kwargs: dict, dtype: torch.dtype, mode: LossMode) -> tuple[torch.Tensor | None, str]:
     """The loss that moves operator `name`'s inputs off the poles of its derivative, and its
     kind as `repair_loss` names them: "domain" (the table's, positive), "magnitude" (no entry,
     or none of its elements near a pole: an overflowing slope, which shrinking cures), "none"."""
-    return _table_loss(DERIVATIVE_POLES, name, args, kwargs, dtype)
+    return _table_loss(DERIVATIVE_POLES, name, args, kwargs, dtype, mode)

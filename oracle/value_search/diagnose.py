@@ -15,7 +15,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from nnforge.oracle.safe_domain import op_info
+from nnforge.oracle.safe_domain import LossMode, op_info
 from nnforge.oracle.value_search.intercept import Interceptor, Stop, nonfinite_in, nonfinite_tree
 from nnforge.oracle.value_search.run import SearchRun
 from nnforge.oracle.value_search.search import ValueSearch
@@ -33,7 +33,7 @@ def first_nonfinite(model: torch.nn.Module, inputs: tuple) -> str | None:
 
     Runs the model once under no_grad on copies of the inputs (so a forward that mutates its
     inputs leaves the caller's alone). Exceptions raised by the model propagate."""
-    mode = Interceptor()
+    mode = Interceptor(LossMode())
     args = _clone_tensors(inputs)
     try:
         with torch.no_grad(), mode:
@@ -46,7 +46,7 @@ def first_nonfinite(model: torch.nn.Module, inputs: tuple) -> str | None:
 def checked_call(model: torch.nn.Module, inputs: tuple) -> tuple[Any, str | None]:
     """Run the model to completion (as is: grad mode and inputs untouched) and return its
     output together with `first_nonfinite`'s answer for that same run."""
-    mode = Interceptor()
+    mode = Interceptor(LossMode())
     mode.abort = False
     with mode:
         out = model(*inputs)

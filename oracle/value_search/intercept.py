@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only, tree_unflatten
 
 from nnforge.oracle.safe_domain import (
     CLAMPS, COMPARISONS, GRADIENT_FLOOR, INT_CASTS, MONOTONE_FLAT, NO_DERIVATIVE, PROXY_GRADIENT, STRAIGHT_THROUGH,
-    derivative_pole_loss, hinge_for, op_info, repair_loss,
+    LossMode, derivative_pole_loss, hinge_for, op_info, repair_loss,
 )
 
 # Integer-only operators: the float proxy through which a gradient reaches their operand (the
@@ -226,12 +226,12 @@ def _gradient_name(name: str, kwargs: dict) -> str:
     return name
 
 
-def _smooth_proxy(name: str, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor | None:
+def _smooth_proxy(name: str, args: tuple, kwargs: dict, out: torch.Tensor, mode: LossMode) -> torch.Tensor | None:
     """PROXY_GRADIENT's stand-in for op `name` (None: it has none, or none with a gradient)."""
     if name not in PROXY_GRADIENT:
         return None
     try:
-        proxy = PROXY_GRADIENT[name](args, kwargs, out)
+        proxy = PROXY_GRADIENT[name](args, kwargs, out, mode)
     except (RuntimeError, TypeError, ValueError):
         return None
     if isinstance(proxy, torch.Tensor) and proxy.is_floating_point() and proxy.requires_grad:
@@ -246,8 +246,9 @@ class Interceptor(TorchFunctionMode):
     if `abort`, stops the forward there. Search mode (`searching=True`, grad enabled): also
     builds the repair loss at the culprit, and rewires zero-gradient operators."""
 
-    def __init__(self) -> None:
+    def __init__(self, loss_mode: LossMode) -> None:
         super().__init__()
+        self.loss_mode = loss_mode  # the search's tie and pole switches, which its losses read
         self.searching = False
         self.abort = True
         self.seen: set[tuple[int, str]] = set()  # (call index, op) of earlier culprits
@@ -303,17 +304,18 @@ class Interceptor(TorchFunctionMode):
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
             self.culprit, self.culprit_key = info.name, key
             self.culprit_dtype = _dtype_of(target)
-            self.loss, self.loss_kind = derivative_pole_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype)
+            self.loss, self.loss_kind = derivative_pole_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype,
+                                                                 self.loss_mode)
             raise Stop
         if nonfinite_in(target):
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
             self.culprit, self.culprit_key = info.name, key
             self.culprit_dtype = _dtype_of(target)
-            self.loss, self.loss_kind = repair_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype)
+            self.loss, self.loss_kind = repair_loss(info.name, loss_args, loss_kwargs, self.culprit_dtype, self.loss_mode)
             raise Stop
         if key in self.seen:
             loss_args, loss_kwargs = self._loss_operands(pre, args, kwargs)
-            hinge = hinge_for(info.name, loss_args, loss_kwargs, _dtype_of(target))
+            hinge = hinge_for(info.name, loss_args, loss_kwargs, _dtype_of(target), self.loss_mode)
             if hinge is not None:
                 self.hinges.append(hinge)
         return self._rewired(func, info, args, kwargs, out)
@@ -330,7 +332,7 @@ class Interceptor(TorchFunctionMode):
         if self.shadows:
             out = self._through_shadows(func, args, kwargs, out)
         name = _gradient_name(info.name, kwargs)
-        proxy = _smooth_proxy(name, args, kwargs, out) if out.is_floating_point() else None
+        proxy = _smooth_proxy(name, args, kwargs, out, self.loss_mode) if out.is_floating_point() else None
         if proxy is not None and _broadcastable_to(proxy.shape, out.shape):
             out = _StraightThrough.apply(out.detach(), proxy)
         elif name in STRAIGHT_THROUGH and out.is_floating_point():
@@ -461,7 +463,7 @@ class Interceptor(TorchFunctionMode):
         name = _gradient_name(op_info(func).name, kwargs)
         first = flat[0] if flat else None
         s_args, s_kwargs = tree_unflatten(flat, spec)
-        smooth = _smooth_proxy(name, s_args, s_kwargs, proxy)
+        smooth = _smooth_proxy(name, s_args, s_kwargs, proxy, self.loss_mode)
         if smooth is not None and smooth.shape == proxy.shape:
             # uint8(w) // 3 moves with w / 3: floor division of the float shadows has no slope
             proxy = smooth

@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_unflatten
 
 from nnforge.core.backward import call_gradients
-from nnforge.oracle.safe_domain import POLES, TIES
+from nnforge.oracle.safe_domain import LossMode
 from nnforge.oracle.value_search.descent import Descent
 from nnforge.oracle.value_search.intercept import GradWatch, Interceptor, Stop, nonfinite_tree
 from nnforge.oracle.value_search.resample import Resampler
@@ -62,7 +62,8 @@ class SearchRun:
         self.cfg = cfg
         self.model = model
         self.start = start
-        self.mode = Interceptor()
+        self.loss_mode = LossMode()  # flipped by this run alone (see _descend), read by its losses
+        self.interceptor = Interceptor(self.loss_mode)
         self.values = SearchValues(model, inputs, plan)
         self.descent = Descent(self.values, cfg)
         self.draws = Resampler(self.values, cfg, torch.Generator().manual_seed(cfg.seed), self.descent)
@@ -83,11 +84,10 @@ class SearchRun:
             with torch.no_grad(), mode:
                 self.model(*tree_unflatten(args, v.spec))
             return Outcome()
-        mode = self.mode
+        mode = self.interceptor
         mode.reset()
         mode.searching = searching
-        TIES.clear()
-        POLES.clear()
+        self.loss_mode.clear()
         if searching:
             args = [x.clone() if isinstance(x, torch.Tensor) else x for x in v.values]
             for i, slot in v.int_slots.items():
@@ -112,7 +112,7 @@ class SearchRun:
         if mode.culprit is not None:
             return self._culprit_outcome()
         if nonfinite_tree(out):
-            return Outcome("output", (-1, "output"), total_loss(None, mode.hinges), ties=TIES.seen, poles=POLES.seen)
+            return Outcome("output", (-1, "output"), total_loss(None, mode.hinges), ties=self.loss_mode.ties.seen, poles=self.loss_mode.poles.seen)
         if not searching and self.cfg.backward:
             return self._backward_check()
         return Outcome()
@@ -138,13 +138,13 @@ class SearchRun:
         if not bad:
             return Outcome()
         key = watch.culprit or (-1, "backward")
-        self.mode.grad_focus = watch.culprit
+        self.interceptor.grad_focus = watch.culprit
         return Outcome(key[1], key, None, gradient=True)
 
     def _culprit_outcome(self) -> Outcome:
-        mode = self.mode
+        mode = self.interceptor
         return Outcome(mode.culprit, mode.culprit_key, total_loss(mode.loss, mode.hinges),
-                       loss_kind=mode.loss_kind, dtype=mode.culprit_dtype, ties=TIES.seen, poles=POLES.seen)
+                       loss_kind=mode.loss_kind, dtype=mode.culprit_dtype, ties=self.loss_mode.ties.seen, poles=self.loss_mode.poles.seen)
 
     def progress(self) -> tuple[int, int]:
         """How far a check run of the current values gets: the call index of its first
@@ -157,12 +157,12 @@ class SearchRun:
             return (ALL_FINITE, 0)
         if out.key is None or out.key[0] < 0:  # only the returned value is non-finite
             return (ALL_FINITE - 1, 0)
-        return (out.key[0], -self.mode.bad_elements)
+        return (out.key[0], -self.interceptor.bad_elements)
 
     # -- the loop
 
     def execute(self) -> SearchResult:
-        TIES.reset()
+        self.loss_mode.ties.reset()
         try:
             first = self.forward(searching=False)
             if first.error is not None:
@@ -172,8 +172,7 @@ class SearchRun:
             return self._search(first)
         finally:
             self.values.restore_flags()
-            TIES.reset()
-            POLES.reset()
+            self.loss_mode.reset()
 
     def _search(self, first: Outcome) -> SearchResult:
         cfg = self.cfg
@@ -197,7 +196,7 @@ class SearchRun:
                 if check.error is None and check.culprit is None:
                     return self.finish(True, None, iterations, initially_finite=False)
                 outcome = check
-                if check.gradient and self.mode.grad_focus is not None:
+                if check.gradient and self.interceptor.grad_focus is not None:
                     self.culprit, self.last = check.culprit, check
                     iterations += 1
                     continue  # the next search run stops at the operator and descends its loss
@@ -246,7 +245,7 @@ class SearchRun:
         if outcome.culprit is not None:
             self.culprit, self.last = outcome.culprit, outcome
             if outcome.key is not None:
-                self.mode.seen.add(outcome.key)
+                self.interceptor.seen.add(outcome.key)
         elif outcome.error is not None:
             self.culprit, self.last = outcome.error, outcome
 
@@ -282,15 +281,15 @@ class SearchRun:
             stepped = self.descent.step(outcome.loss, freeze_ints=walk.frozen_at == outcome.key)
             if not stepped and outcome.ties and not walk.turned:
                 # No gradient leaves the ties this way (clamped): try the other way.
-                TIES.direction = -TIES.direction
+                self.loss_mode.ties.direction = -self.loss_mode.ties.direction
                 walk.turned, walk.undo = True, None
                 return False, True
-        if not stepped and outcome.poles and not POLES.across:
+        if not stepped and outcome.poles and not self.loss_mode.poles.across:
             # Stuck, or crawling towards an asymptote (log(1 / x), x < 0, sends x to -inf), on
             # the near side of a pole (tan, a divisor): try crossing it, for at most `patience`
             # steps, from where this descent began (the crawl may have gone far), with fresh
             # momentum (the old one points the old way).
-            POLES.across = True
+            self.loss_mode.poles.across = True
             walk.stall, walk.best, walk.previous, walk.calm, walk.undo = 0, math.inf, math.inf, 0, None
             walk.steps = max(0, cfg.max_descent - cfg.patience)
             self.values.restore(walk.origin)
@@ -326,8 +325,7 @@ class SearchRun:
         """Fresh values, a new descent from them, and (every other draw where a gradient reached
         the culprit: a sweep costs a run per sub-range and discrete input) a sweep. True when
         the sweep made the whole run finite."""
-        TIES.reset()
-        POLES.reset()
+        self.loss_mode.reset()
         self.draws.sample()
         walk.undo, walk.turned, walk.stall, walk.last_key, walk.best = None, False, 0, None, math.inf
         walk.steps, walk.previous, walk.frozen_at, walk.calm = 0, math.inf, None, 0
