@@ -23,7 +23,7 @@ and every `report_every_s`.
 This module keeps the loop; beside it: `campaign_config.py` (what was asked for), `seed_sources.py`
 (the generator and history seeds), `novelty.py` (what the scheduler rewards as new),
 `triage_thread.py` (triage while the campaign runs), `coverage_map.py` (the covered lines, and their
-file in the campaign folder), `campaign_store.py` (the store's campaign tables).
+file in the campaign folder); the store's tables, the campaign's among them, are `store.py`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import random
 import shutil
 import signal
 import socket
-import sqlite3
 import threading
 import time
 from collections import Counter, deque
@@ -46,7 +45,7 @@ from typing import Any, Callable
 
 from nnforge.agent.campaign_config import (CampaignConfig, CampaignSetupError, categories_for_target,  # noqa: F401
                                            is_onnx_target, parse_budget)  # (the command line imports them from here)
-from nnforge.agent.campaign_store import CampaignStore, QueuedTest
+from nnforge.agent.store import STORE_FILE, CampaignStore, QueuedTest, is_disk_full
 from nnforge.agent.coverage_map import load_coverage_map, save_coverage_map
 from nnforge.agent.novelty import behaviours_of, compiler_record, root_cause_key  # noqa: F401
 from nnforge.agent.seed_sources import GeneratorSource, HistorySource, history_prior  # noqa: F401
@@ -98,7 +97,7 @@ def preflight(out: Path, min_free_mb: int, probe_mb: int = PROBE_MB) -> None:
 def _is_disk_full(e: BaseException) -> bool:
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
         return True
-    return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+    return is_disk_full(e)
 
 
 def value_bin_families() -> tuple[str, ...]:
@@ -185,8 +184,6 @@ class Campaign:
 
     # -- setup --------------------------------------------------------------------------------------------
     def _open(self) -> None:
-        from nnforge.agent.store import STORE_FILE
-
         if self.resuming and not (self.out / STORE_FILE).is_file():
             raise CampaignSetupError(f"{self.out} holds no campaign to resume (no {STORE_FILE} in it)")
         if not self.resuming:

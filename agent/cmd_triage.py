@@ -27,7 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nnforge.agent.cli import app
-from nnforge.agent.store import Cluster, Store, iter_case_folders
+from nnforge.agent.store import CampaignStore, Cluster, Store, iter_case_folders
 from nnforge.core.settings import Settings, load_settings
 from nnforge.core.testcase import TestCase
 from nnforge.triage.pipeline import (FINDINGS_SUBDIR, REDUCED_SUBDIR, TriageConfig, TriageOutcome, cluster_folder,
@@ -172,7 +172,6 @@ def triage(
         clusters = {c.cluster_id: c for c in store.clusters()}
     if (campaign_dir / "store.sqlite").is_file():
         from nnforge.agent.campaign import write_reports
-        from nnforge.agent.campaign_store import CampaignStore
 
         with CampaignStore(campaign_dir) as cstore:
             written = write_reports(campaign_dir, cstore, log=lambda s: console.print(s, soft_wrap=True, markup=False))

@@ -1,25 +1,24 @@
 """Everything the campaign summary, the HTML report and the benchmark show, read from the store.
 
-Why a separate reader: the summary (Markdown), the report (HTML) and bench/campaign.py show the
-same figures, and each must render for any store: a finished campaign, one still running, an
-empty one, or a store written by `nnforge triage` before campaigns existed (no `stats` table, no
-campaign columns on `tests`). So every table and column is looked up before it is read, and what
-is missing reads as empty rather than raising.
-
-The reader opens its own connection to the store file and only SELECTs, so it can run while a
-campaign is writing (WAL).
+Why one view: the summary (Markdown), the report (HTML) and bench/campaign.py show the same
+figures, so they are computed once here, as a `CampaignView`, and each page only formats it.
+Each must render for any store: a finished campaign, one still running, an empty one, or a store
+written by `nnforge triage` before campaigns existed (no `stats` table, no campaign columns on
+`tests`). The queries, and the rule that what is missing reads as empty rather than raising,
+are `agent/store.py`'s `StoreReader`: it opens its own connection and only SELECTs, so a view can
+be read while a campaign is writing (WAL). This module holds no SQL.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnforge.agent.store import StoreReader, store_file
 from nnforge.core.verdict import Symptom
 
 STAGES = ("generate", "mutate", "search", "oracle")  # tests.t_<stage> columns, in pipeline order
@@ -183,57 +182,14 @@ class CampaignView:
 
 
 # -- reading ------------------------------------------------------------------------------------
-class _Db:
-    def __init__(self, path: Path):
-        self.con = sqlite3.connect(str(path), timeout=30.0)
-        self.con.row_factory = sqlite3.Row
-        self.tables = {r[0] for r in self.con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        self._cols: dict[str, set[str]] = {}
-
-    def cols(self, table: str) -> set[str]:
-        if table not in self._cols:
-            self._cols[table] = ({r["name"] for r in self.con.execute(f"PRAGMA table_info({table})")}
-                                 if table in self.tables else set())
-        return self._cols[table]
-
-    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        return self.con.execute(sql, params).fetchall()
-
-    def meta(self, key: str) -> str | None:
-        if "meta" not in self.tables:
-            return None
-        row = self.con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row["value"]
-
-    def meta_json(self, keys: tuple[str, ...]) -> Any:
-        for k in keys:
-            raw = self.meta(k)
-            if raw is None:
-                continue
-            try:
-                return json.loads(raw)
-            except ValueError:
-                continue
-        return None
-
-
-def store_file(store_or_path: Any) -> Path:
-    """The SQLite file of a Store, a campaign folder or the file itself."""
-    p = Path(getattr(store_or_path, "path", store_or_path))
-    return p if p.suffix == ".sqlite" else p / "store.sqlite"
-
-
 def load_view(store_or_path: Any, campaign_dir: Path | None = None) -> CampaignView:
     """Read everything the reports show. `store_or_path`: a Store, a campaign folder or the file."""
     path = store_file(store_or_path)
     folder = Path(campaign_dir) if campaign_dir is not None else path.parent
     if not path.is_file():
         return _empty_view(folder)
-    db = _Db(path)
-    try:
+    with StoreReader(path) as db:
         return _read(db, folder)
-    finally:
-        db.con.close()
 
 
 def write_view_file(campaign_dir: Path, store: Any, name: str, render: Any) -> Path:
@@ -253,174 +209,90 @@ def _float(x: Any) -> float | None:
         return None
 
 
-def _read(db: _Db, folder: Path) -> CampaignView:
+def _read(db: StoreReader, folder: Path) -> CampaignView:
     config = db.meta_json(_CONFIG_KEYS) or {}
     if not isinstance(config, dict):
         config = {}
     started = _float(db.meta("campaign_started")) or _float(db.meta("created"))
-    stats = _stats(db)
-    tcols = db.cols("tests")
-
-    tests = invalid = bugs = 0
-    verdicts: dict[str, dict[str, int]] = {}
-    if "tests" in db.tables:
-        for r in db.rows("SELECT target, symptom, COUNT(*) AS n FROM tests GROUP BY target, symptom"):
-            verdicts.setdefault(r["target"], {})[r["symptom"]] = int(r["n"])
-            tests += int(r["n"])
-            invalid += int(r["n"]) if r["symptom"] == Symptom.INVALID.value else 0
-            bugs += int(r["n"]) if r["symptom"] in _BUG_SYMPTOMS else 0
-    gated: dict[str, int] = {}  # target -> tests that never reached it (invalid at a gate rung)
-    if "tests" in db.tables and "rung" in tcols:
-        for r in db.rows("SELECT target, COUNT(*) AS n FROM tests WHERE symptom = 'invalid' AND rung = 'onnx_export' "
-                         "GROUP BY target"):
-            gated[r["target"]] = int(r["n"])
-
-    elapsed = max([_float(db.meta("campaign_elapsed_s")) or 0.0]
-                  + [float(r.get("elapsed_s") or 0.0) for r in stats[-1:]]
-                  + ([_max_test_elapsed(db)] if "elapsed_s" in tcols else []))
-    if elapsed <= 0 and started is not None and tests:
-        last = db.rows("SELECT MAX(created) AS m FROM tests")[0]["m"]
-        elapsed = max(0.0, float(last or started) - started)
-
+    stats = db.stats_rows()
+    tcols = db.columns("tests")
+    verdicts = db.verdict_counts_by_target()
+    tests = sum(n for by in verdicts.values() for n in by.values())
+    invalid = sum(by.get(Symptom.INVALID.value, 0) for by in verdicts.values())
+    bugs = sum(n for by in verdicts.values() for s, n in by.items() if s in _BUG_SYMPTOMS)
+    elapsed = _elapsed(db, stats, started, tests)
     targets = tuple(config.get("targets") or sorted(verdicts))
     workers = int(config.get("workers") or 1)
-    findings = _findings(db)
     clusters = _clusters(db, folder, started)
     series, source = _series(db, stats, clusters, started)
+    programs = db.programs_total()
     return CampaignView(
         folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"),
         export_gate=db.meta("export_gate"), config=config, started=started, elapsed_s=elapsed,
-        workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts, gated=gated,
+        workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
+        gated=db.invalid_at_rung_by_target("onnx_export"),  # tests that never reached their target
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),
         by_source=_yield(db, "source" if "source" in tcols else "origin"), by_mutator=_yield(db, "mutator"),
-        stage_seconds=_stages(db), findings=findings, clusters=clusters, stats=tuple(stats),
+        stage_seconds=db.stage_sums(STAGES), findings=_findings(db), clusters=clusters, stats=tuple(stats),
         scheduler=_scheduler(db, clusters), timeline_source=source, series=series, compiler=_compiler_reasons(db),
-        waiting=_waiting(db), by_value_bin=tuple(r for r in _yield(db, "value_bin") if r.key != "(none)"),
-        value_bin_kept=_bins_kept(db), by_calls_kind=tuple(r for r in _yield(db, "calls_kind") if r.key != "(none)"),
-        programs=_programs(db) if "programs" in tcols else 0)
+        waiting=tuple(db.waiting_by_key()), by_value_bin=tuple(r for r in _yield(db, "value_bin") if r.key != "(none)"),
+        value_bin_kept=db.value_bin_kept(),
+        by_calls_kind=tuple(r for r in _yield(db, "calls_kind") if r.key != "(none)"),
+        programs=programs if programs is not None else 0)
 
 
-def _programs(db: Any) -> int:
-    """Programs over all tests (a row without the column's value counts as one program)."""
-    row = db.rows("SELECT SUM(COALESCE(programs, 1)) AS n FROM tests")
-    return int(row[0]["n"] or 0) if row else 0
+def _elapsed(db: StoreReader, stats: list[dict[str, Any]], started: float | None, tests: int) -> float:
+    """Campaign seconds: the longest the meta, the last stats row or a verdict says; for a store
+    with none of them, from the start to the last test recorded."""
+    latest = db.max_test_elapsed()
+    elapsed = max([_float(db.meta("campaign_elapsed_s")) or 0.0]
+                  + [float(r.get("elapsed_s") or 0.0) for r in stats[-1:]]
+                  + ([latest] if latest is not None else []))
+    if elapsed <= 0 and started is not None and tests:
+        _, last = db.created_span()
+        elapsed = max(0.0, float(last or started) - started)
+    return elapsed
 
 
-def _max_test_elapsed(db: _Db) -> float:
-    row = db.rows("SELECT MAX(elapsed_s) AS m FROM tests")[0]
-    return float(row["m"] or 0.0)
+def _yield(db: StoreReader, column: str) -> tuple[YieldRow, ...]:
+    return tuple(YieldRow(key=k, tests=n, bugs=bugs, invalid=invalid, clusters=clusters)
+                 for k, n, bugs, invalid, clusters in db.yield_by(column))
 
 
-def _stats(db: _Db) -> list[dict[str, Any]]:
-    if "stats" not in db.tables:
-        return []
-    order = "ts" if "ts" in db.cols("stats") else "rowid"
-    out = []
-    for r in db.rows(f"SELECT * FROM stats ORDER BY {order}"):
-        d = dict(r)
-        raw = d.get("json")
-        try:
-            d["json"] = json.loads(raw) if isinstance(raw, str) and raw else {}
-        except ValueError:
-            d["json"] = {}
-        out.append(d)
-    return out
-
-
-def _yield(db: _Db, column: str) -> tuple[YieldRow, ...]:
-    if "tests" not in db.tables or column not in db.cols("tests"):
-        return ()
-    bug_list = ", ".join("?" * len(_BUG_SYMPTOMS))
-    join_clusters = "findings" in db.tables and "signature_digest" in db.cols("findings")
-    clusters_expr = ("COUNT(DISTINCT CASE WHEN t.symptom IN ({b}) THEN f.signature_digest END)".format(b=bug_list)
-                     if join_clusters else "0")
-    join = "LEFT JOIN findings f ON f.case_id = t.case_id AND f.target = t.target" if join_clusters else ""
-    sql = (f"SELECT COALESCE(t.{column}, '(none)') AS k, COUNT(*) AS n, "
-           f"SUM(CASE WHEN t.symptom IN ({bug_list}) THEN 1 ELSE 0 END) AS bugs, "
-           f"SUM(CASE WHEN t.symptom = 'invalid' THEN 1 ELSE 0 END) AS invalid, {clusters_expr} AS clusters "
-           f"FROM tests t {join} GROUP BY k ORDER BY n DESC, k")
-    params = _BUG_SYMPTOMS + (_BUG_SYMPTOMS if join_clusters else ())  # in SELECT-list order
-    rows = db.rows(sql, params)
-    return tuple(YieldRow(key=str(r["k"]), tests=int(r["n"]), bugs=int(r["bugs"] or 0), invalid=int(r["invalid"] or 0),
-                          clusters=int(r["clusters"] or 0)) for r in rows)
-
-
-def _bins_kept(db: _Db) -> dict[str, tuple[int, int]]:
-    if "tests" not in db.tables or "value_bin_kept" not in db.cols("tests"):
-        return {}
-    rows = db.rows("SELECT value_bin AS b, SUM(CASE WHEN value_bin_kept = 1 THEN 1 ELSE 0 END) AS kept, "
-                   "COUNT(value_bin_kept) AS known FROM tests WHERE value_bin IS NOT NULL GROUP BY value_bin")
-    return {str(r["b"]): (int(r["kept"] or 0), int(r["known"] or 0)) for r in rows}
-
-
-def _stages(db: _Db) -> dict[str, float]:
-    cols = db.cols("tests")
-    present = [s for s in STAGES if f"t_{s}" in cols]
-    if not present:
-        return {}
-    row = db.rows("SELECT " + ", ".join(f"SUM(t_{s}) AS {s}" for s in present) + " FROM tests")[0]
-    return {s: float(row[s] or 0.0) for s in present}
-
-
-def _findings(db: _Db) -> dict[str, int]:
+def _findings(db: StoreReader) -> dict[str, int]:
     out = {"total": 0, "new": 0, "triaged": 0, "attached": 0, "failed": 0}
-    if "findings" not in db.tables:
-        return out
-    cols = db.cols("findings")
-    for r in db.rows("SELECT status, COUNT(*) AS n FROM findings GROUP BY status" if "status" in cols
-                     else "SELECT 'new' AS status, COUNT(*) AS n FROM findings"):
-        out["total"] += int(r["n"])
-        out[str(r["status"])] = out.get(str(r["status"]), 0) + int(r["n"])
-    if "error" in cols and "status" in cols:
-        out["failed"] = int(db.rows("SELECT COUNT(*) AS n FROM findings WHERE status = 'new' AND error IS NOT NULL")[0]["n"])
+    for status, n in db.findings_by_status():
+        out["total"] += n
+        out[status] = out.get(status, 0) + n
+    failed = db.failed_count()
+    if failed is not None:
+        out["failed"] = failed
     return out
 
 
-def _clusters(db: _Db, folder: Path, started: float | None) -> tuple[ClusterRow, ...]:
-    if "clusters" not in db.tables:
-        return ()
-    cols = db.cols("clusters")
-    order = "first_seen, cluster_id" if "first_seen" in cols else "cluster_id"
+def _clusters(db: StoreReader, folder: Path, started: float | None) -> tuple[ClusterRow, ...]:
     out = []
-    have_findings = "findings" in db.tables and "signature_digest" in db.cols("findings")
-    for r in db.rows(f"SELECT * FROM clusters ORDER BY {order}"):
-        d = dict(r)
+    for d in db.cluster_rows():
         cid = str(d["cluster_id"])
         try:
             sig = json.loads(d.get("signature_json") or "{}")
         except ValueError:
             sig = {}
-        targets: tuple[str, ...] = ()
-        if have_findings:
-            targets = tuple(x["target"] for x in db.rows(
-                "SELECT DISTINCT target FROM findings WHERE signature_digest = ? ORDER BY target", (cid,)))
+        targets = db.cluster_targets(cid)
         if not targets and sig.get("target"):
             targets = (str(sig["target"]),)
         first = _float(d.get("first_seen"))
         report = folder / "findings" / cid / "report.md"
-        attached = 0
-        if have_findings and "status" in db.cols("findings"):
-            attached = int(db.rows("SELECT COUNT(*) AS n FROM findings WHERE signature_digest = ? AND status = 'attached'",
-                                   (cid,))[0]["n"])
         out.append(ClusterRow(cluster_id=cid, title=str(d.get("llm_title") or d.get("title") or ""), count=int(d.get("count") or 0),
                               first_seen_s=None if first is None or started is None else max(0.0, first - started),
                               targets=targets, symptom=str(sig.get("symptom") or ""), rung=sig.get("rung"),
                               report=f"findings/{cid}/report.md" if report.is_file() else None,
                               repro_status=str(d.get("repro_status") or "unchecked"),
-                              repro_detail=str(d.get("repro_detail") or ""), attached=attached))
+                              repro_detail=str(d.get("repro_detail") or ""), attached=db.attached_count(cid)))
     return tuple(out)
 
 
-def _waiting(db: _Db) -> tuple[tuple[str, int], ...]:
-    """Waiting findings grouped by provisional key, largest group first."""
-    if "findings" not in db.tables or "pkey" not in db.cols("findings"):
-        return ()
-    rows = db.rows("SELECT COALESCE(pkey, '(no key yet)') AS k, COUNT(*) AS n FROM findings WHERE status = 'new' "
-                   "GROUP BY k ORDER BY n DESC, k")
-    return tuple((str(r["k"]), int(r["n"])) for r in rows)
-
-
-def _series(db: _Db, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ...],
+def _series(db: StoreReader, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ...],
             started: float | None) -> tuple[dict[str, list[tuple[float, float]]], str]:
     """Timelines in campaign minutes. From the stats table when there is one; otherwise derived
     from per-test rows (tests, bug verdicts) and cluster first-seen times."""
@@ -433,15 +305,12 @@ def _series(db: _Db, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ..
             if pts:
                 series[name] = pts
         return series, "stats"
-    if "tests" not in db.tables:
+    if not db.has_table("tests"):
         return series, "tests"
-    tcols = db.cols("tests")
-    if "elapsed_s" in tcols:
-        rows = db.rows("SELECT elapsed_s AS t, symptom FROM tests WHERE elapsed_s IS NOT NULL ORDER BY elapsed_s")
-        to_min = [(float(r["t"]) / 60.0, r["symptom"]) for r in rows]
+    if "elapsed_s" in db.columns("tests"):
+        to_min = [(t / 60.0, s) for t, s in db.symptoms_by_elapsed()]
     elif started is not None:
-        rows = db.rows("SELECT created AS t, symptom FROM tests ORDER BY created")
-        to_min = [(max(0.0, float(r["t"]) - started) / 60.0, r["symptom"]) for r in rows]
+        to_min = [(max(0.0, t - started) / 60.0, s) for t, s in db.symptoms_by_created()]
     else:
         to_min = []
     if to_min:
@@ -459,24 +328,18 @@ def _series(db: _Db, stats: list[dict[str, Any]], clusters: tuple[ClusterRow, ..
     return series, "tests"
 
 
-def _clusters_by_arm(db: _Db, clusters: tuple[ClusterRow, ...]) -> dict[str, tuple[int, int]]:
+def _clusters_by_arm(db: StoreReader, clusters: tuple[ClusterRow, ...]) -> dict[str, tuple[int, int]]:
     """arm -> (clusters it found first, of those listed): what each arm was really worth."""
-    if "findings" not in db.tables or "arm" not in db.cols("tests") or "signature_digest" not in db.cols("findings"):
-        return {}
     listed = {c.cluster_id for c in clusters if c.listed}
     out: dict[str, list[int]] = {}
-    rows = db.rows("SELECT f.signature_digest AS cid, t.arm AS arm FROM findings f JOIN tests t "
-                   "ON t.case_id = f.case_id AND t.target = f.target WHERE f.signature_digest IS NOT NULL "
-                   "AND f.finding_id = (SELECT MIN(g.finding_id) FROM findings g "
-                   "WHERE g.signature_digest = f.signature_digest)")
-    for r in rows:
-        counts = out.setdefault(str(r["arm"] or ""), [0, 0])
+    for cid, arm in db.first_finding_arms():
+        counts = out.setdefault(str(arm or ""), [0, 0])
         counts[0] += 1
-        counts[1] += int(r["cid"] in listed)
+        counts[1] += int(cid in listed)
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _scheduler(db: _Db, clusters: tuple[ClusterRow, ...] = ()) -> SchedulerView | None:
+def _scheduler(db: StoreReader, clusters: tuple[ClusterRow, ...] = ()) -> SchedulerView | None:
     data = db.meta_json(_SCHEDULER_KEYS)
     if not isinstance(data, dict):
         return None
@@ -505,10 +368,10 @@ def _scheduler(db: _Db, clusters: tuple[ClusterRow, ...] = ()) -> SchedulerView 
                          seen=len(seen) if isinstance(seen, list) else int(seen or 0))
 
 
-def _compiler_reasons(db: _Db, limit: int = 10) -> CompilerReasons | None:
+def _compiler_reasons(db: StoreReader, limit: int = 10) -> CompilerReasons | None:
     """The most frequent graph-break and recompile reasons over the tests that recorded them."""
-    cols = db.cols("tests")
-    if "graph_breaks" not in cols or "recompiles" not in cols:
+    records = db.compiler_records()
+    if records is None:
         return None
     try:
         from nnforge.triage.normalize import normalize_message
@@ -517,12 +380,11 @@ def _compiler_reasons(db: _Db, limit: int = 10) -> CompilerReasons | None:
             return text
     counts: dict[str, dict[str, Any]] = {"graph_breaks": {}, "recompiles": {}}
     tests = with_gb = with_rc = 0
-    for r in db.rows("SELECT target, graph_breaks, recompiles FROM tests "
-                     "WHERE graph_breaks IS NOT NULL OR recompiles IS NOT NULL"):
+    for target, graph_breaks, recompiles in records:
         tests += 1
-        for kind in ("graph_breaks", "recompiles"):
+        for kind, raw in (("graph_breaks", graph_breaks), ("recompiles", recompiles)):
             try:
-                items = json.loads(r[kind]) if r[kind] else []
+                items = json.loads(raw) if raw else []
             except ValueError:
                 items = []
             reasons = {normalize_message(str(x))[:200] for x in items if x}
@@ -532,7 +394,7 @@ def _compiler_reasons(db: _Db, limit: int = 10) -> CompilerReasons | None:
             for reason in reasons:
                 entry = counts[kind].setdefault(reason, {"n": 0, "targets": set()})
                 entry["n"] += 1
-                entry["targets"].add(str(r["target"]))
+                entry["targets"].add(str(target))
 
     def top(kind: str) -> tuple[ReasonRow, ...]:
         rows = sorted(counts[kind].items(), key=lambda kv: (-kv[1]["n"], kv[0]))[:limit]

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Callable
 
 from nnforge.agent.campaign_config import CampaignConfig, CampaignSetupError, is_onnx_target
-from nnforge.agent.campaign_store import CampaignStore
+from nnforge.agent.store import CampaignStore
 from nnforge.core.testcase import TestCase
 
 

@@ -1,12 +1,61 @@
-"""The campaign store: one SQLite file (WAL) in the campaign folder holding tests, findings and
-clusters, so that a campaign can be interrupted at any moment and resumed without losing a bug.
+"""The campaign store: one SQLite file (WAL) in the campaign folder, and the one module that
+knows its schema: every table, index and added column is declared here, and every query any
+part of NNForge (campaign, triage, reports, benchmarks) runs against it is a method here.
 
 Why a finding is written before anything is done with it: reduction and triage take minutes and
 run untrusted programs; if the process is killed half-way, the finding must still be there (with
-status `new`) for the next `nnforge triage` to pick up.
+status `new`) for the next `nnforge triage` to pick up. Findings are also written as plain
+folders a human can read (`findings/<cluster_id>/`), by `nnforge triage`, not by the store.
 
-Kept deliberately small: the campaign loop will add what it needs. Findings are also written as
-plain folders a human can read (`findings/<cluster_id>/`), by `nnforge triage`, not by the store.
+Three ways in:
+
+- `Store`: tests, findings and clusters, what `nnforge triage` needs (the base tables).
+- `CampaignStore(Store)`: the same file plus the campaign's tables and columns, each created if
+  missing, so a store written by `nnforge triage` can become a campaign's and back.
+  `StoreLLMCache` keeps the campaign's LLM replies in it on a connection of its own.
+- `StoreReader`: what the summary, the HTML report (`report_data.py`) and the benchmarks show. It
+  opens its own connection and only SELECTs, so it can run while a campaign writes (WAL), and it
+  reads any store: a finished campaign, one still running, an empty one, or one written by an
+  older NNForge or by `nnforge triage` (no campaign tables or columns). Every table and column is
+  looked up before it is read, and what is missing reads as empty rather than raising.
+
+Tables and columns:
+
+- `meta`: key/value text. `schema_version`, `created` (epoch seconds); a campaign adds
+  `campaign_config` (JSON), `campaign_started`, `campaign_elapsed_s`, `campaign_next_seed`,
+  `campaign_next_test`, `campaign_runs` (JSON list, one entry per start), `campaign_status`
+  (running | finished | interrupted), `scheduler_state` (JSON), and what its setup found
+  (`sandbox`, `export_table`, `export_gate`).
+- `tests`: one row per case and target, the latest verdict: `case_id`, `folder`, `origin`,
+  `target`, `symptom`, `rung`, `verdict_json`, `created`. A campaign adds: `source`, `mutator`,
+  `category`, `arm`, `t_generate`, `t_mutate`, `t_search`, `t_oracle` (seconds per stage),
+  `elapsed_s` (campaign time when the verdict came), `novel` (1 when the scheduler was rewarded:
+  new behaviour), `test_no`, `graph_breaks` and `recompiles` (JSON lists of the reasons Dynamo
+  recorded for the test, torch.compile targets only: oracle/dynamo_record.py), `value_bin` (the
+  value bin the scheduler drew the test's values from, oracle/value_bins.py; NULL with bins off)
+  and `value_bin_kept` (1 when the values kept its property through value search, 0 when they
+  had to leave it), `calls_kind` ("forward" or "forward + backward": whether the test's calls ran
+  a backward), `programs` (generator programs in the test: a pack's members, generator/pack.py;
+  else 1). `origin` holds the seed source as well.
+- `findings`: one row per bug verdict (case and target): `status` (new | triaged | attached),
+  `signature_digest` (its cluster, once triaged or attached), `reduced_folder`, `error` (why
+  the last triage failed), `pkey` (provisional root-cause key, triage/rootcause.py).
+- `clusters`: one row per bug class: `title`, `signature_json`, `representative` (a finding
+  id), `count`, `first_seen`, `last_seen`, `repro_status` (unchecked | reproduced |
+  unreproduced) and `repro_detail`, and what the triage LLM wrote (`llm_title`, `hypothesis`,
+  `llm_model`).
+- `queue` (campaign): every test the campaign decided to run, written (with its case folder)
+  BEFORE the test runs: `test_no` (order), `case_id`, `target`, `folder`, `source` (seed source:
+  generator | history), `mutator` (NULL for a plain seed), `category` (root-cause category or
+  "seed"), `arm` (the scheduler arm, "source|category|target"), `seed_no`, `status`
+  (queued | done), `t_generate`, `t_mutate` (seconds), `created`. After a kill, rows still
+  `queued` are the tests that were in flight: a resumed campaign runs them again.
+- `llm_cache` (campaign): the campaign's LLM replies by prompt hash (`key`, `model`, `purpose`,
+  `tokens`, `created`, `reply`), so DIR holds them and a resumed campaign asks the model nothing
+  twice (`StoreLLMCache`, the cache `core.llm.LLMClient` uses in a campaign).
+- `stats` (campaign): one row every ~10 s: ts, elapsed_s, tests, tests_per_min, bugs, clusters,
+  invalid, worker_restarts, timeouts, segfaults, rss_mb (max worker RSS), covered_lines (NULL
+  without coverage), json (everything else: verdict counts per target, scheduler summary, ...).
 """
 
 from __future__ import annotations
@@ -14,18 +63,23 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from nnforge.core.signature import Signature
-from nnforge.core.verdict import Verdict
+from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.cluster import ClusterRecord
 
 STORE_FILE = "store.sqlite"
 SCHEMA_VERSION = "1"
 
+# The error any store operation may raise (callers need not import sqlite3 to catch it).
+StoreError = sqlite3.Error
+
+# -- the schema ---------------------------------------------------------------------------------
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -66,6 +120,82 @@ CREATE TABLE IF NOT EXISTS clusters (
 );
 CREATE INDEX IF NOT EXISTS findings_status ON findings (status);
 """
+
+# Columns later versions added to the base tables: a store made by an older NNForge gains them on open.
+_ADDED_COLUMNS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("findings", (("pkey", "TEXT"),)),
+    ("clusters", (("repro_status", "TEXT NOT NULL DEFAULT 'unchecked'"), ("repro_detail", "TEXT"),
+                  ("llm_title", "TEXT"), ("hypothesis", "TEXT"), ("llm_model", "TEXT"))),
+)
+
+_LLM_CACHE_TABLE = """
+CREATE TABLE IF NOT EXISTS llm_cache (
+    key TEXT PRIMARY KEY,
+    model TEXT,
+    purpose TEXT,
+    tokens INTEGER,
+    created REAL NOT NULL,
+    reply TEXT NOT NULL
+);
+"""
+
+_CAMPAIGN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queue (
+    test_no INTEGER PRIMARY KEY,
+    case_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    folder TEXT NOT NULL,
+    source TEXT,
+    mutator TEXT,
+    category TEXT,
+    arm TEXT,
+    seed_no INTEGER,
+    status TEXT NOT NULL DEFAULT 'queued',
+    t_generate REAL,
+    t_mutate REAL,
+    created REAL NOT NULL,
+    UNIQUE (case_id, target)
+);
+CREATE INDEX IF NOT EXISTS queue_status ON queue (status);
+CREATE TABLE IF NOT EXISTS stats (
+    ts REAL NOT NULL,
+    elapsed_s REAL NOT NULL,
+    tests INTEGER NOT NULL,
+    tests_per_min REAL,
+    bugs INTEGER,
+    clusters INTEGER,
+    invalid INTEGER,
+    worker_restarts INTEGER,
+    timeouts INTEGER,
+    segfaults INTEGER,
+    rss_mb REAL,
+    covered_lines INTEGER,
+    json TEXT
+);
+""" + _LLM_CACHE_TABLE
+
+# Columns a campaign adds to the base `tests` table.
+TEST_COLUMNS = (("source", "TEXT"), ("mutator", "TEXT"), ("category", "TEXT"), ("arm", "TEXT"),
+                ("t_generate", "REAL"), ("t_mutate", "REAL"), ("t_search", "REAL"), ("t_oracle", "REAL"),
+                ("elapsed_s", "REAL"), ("novel", "INTEGER"), ("test_no", "INTEGER"), ("graph_breaks", "TEXT"),
+                ("recompiles", "TEXT"), ("value_bin", "TEXT"), ("value_bin_kept", "INTEGER"), ("calls_kind", "TEXT"),
+                ("programs", "INTEGER"))
+
+STATS_COLUMNS = ("ts", "elapsed_s", "tests", "tests_per_min", "bugs", "clusters", "invalid", "worker_restarts",
+                 "timeouts", "segfaults", "rss_mb", "covered_lines", "json")
+
+_BUG_SYMPTOMS = tuple(s.value for s in Symptom if s.is_bug)
+
+
+def store_file(store_or_path: Any) -> Path:
+    """The SQLite file of a Store, a campaign folder or the file itself."""
+    p = Path(getattr(store_or_path, "path", store_or_path))
+    return p if p.suffix == ".sqlite" else p / STORE_FILE
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """Is `e` SQLite saying the disk is full? (A campaign stops cleanly on it rather than crash.)"""
+    return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
 
 
 @dataclass(frozen=True)
@@ -126,9 +256,8 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        self._add_columns("findings", (("pkey", "TEXT"),))
-        self._add_columns("clusters", (("repro_status", "TEXT NOT NULL DEFAULT 'unchecked'"), ("repro_detail", "TEXT"),
-                                       ("llm_title", "TEXT"), ("hypothesis", "TEXT"), ("llm_model", "TEXT")))
+        for table, columns in _ADDED_COLUMNS:
+            self._add_columns(table, columns)
         if self.get_meta("schema_version") is None:
             self.set_meta("schema_version", SCHEMA_VERSION)
             self.set_meta("created", str(time.time()))
@@ -179,7 +308,7 @@ class Store:
              verdict.rung, verdict.dumps(), time.time()))
 
     def tests_count(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
+        return _count(self._db, "tests")
 
     # -- findings -------------------------------------------------------------------------------
     def add_finding(self, case_id: str, verdict: Verdict, *, case_folder: str | os.PathLike | None = None) -> int:
@@ -366,3 +495,467 @@ def iter_case_folders(root: str | os.PathLike) -> Iterator[Path]:
         return
     for p in sorted(root.rglob("program.py")):
         yield p.parent
+
+
+# -- queries both the store and the reader run ---------------------------------------------------
+def _count(con: sqlite3.Connection, table: str) -> int:
+    return int(con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def _verdict_counts(con: sqlite3.Connection) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for r in con.execute("SELECT target, symptom, COUNT(*) AS n FROM tests GROUP BY target, symptom"):
+        out.setdefault(r["target"], {})[r["symptom"]] = int(r["n"])
+    return out
+
+
+# -- what a campaign adds: the queue, per-test columns, the stats timeline, the LLM cache ---------
+@dataclass(frozen=True)
+class QueuedTest:
+    """A test the campaign decided to run: the case is in `folder`, its verdict may not be."""
+
+    test_no: int
+    case_id: str
+    target: str
+    folder: str
+    source: str
+    mutator: str | None
+    category: str
+    arm: str
+    seed_no: int | None
+    t_generate: float
+    t_mutate: float
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class CampaignStore(Store):
+    """Store plus the campaign's queue, per-test columns and stats timeline."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(path)
+        self._db.executescript(_CAMPAIGN_SCHEMA)
+        self._add_columns("tests", TEST_COLUMNS)
+
+    # -- meta as JSON -------------------------------------------------------------------------------
+    def get_json(self, key: str, default: Any = None) -> Any:
+        raw = self.get_meta(key)
+        if raw is None:
+            return default
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return default
+
+    def set_json(self, key: str, value: Any) -> None:
+        self.set_meta(key, json.dumps(value, sort_keys=True, default=str))
+
+    # -- the queue ----------------------------------------------------------------------------------
+    def has_test(self, case_id: str, target: str) -> bool:
+        """Was this case already queued (run or in flight) on this target?"""
+        row = self._db.execute("SELECT 1 FROM queue WHERE case_id = ? AND target = ?", (case_id, target)).fetchone()
+        return row is not None
+
+    def enqueue(self, test: QueuedTest) -> None:
+        self._db.execute(
+            "INSERT INTO queue (test_no, case_id, target, folder, source, mutator, category, arm, seed_no, status, "
+            "t_generate, t_mutate, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)",
+            (test.test_no, test.case_id, test.target, test.folder, test.source, test.mutator, test.category, test.arm,
+             test.seed_no, test.t_generate, test.t_mutate, time.time()))
+
+    def pending(self) -> list[QueuedTest]:
+        """Tests queued but without a verdict (in flight when the campaign stopped), oldest first."""
+        rows = self._db.execute("SELECT * FROM queue WHERE status = 'queued' ORDER BY test_no").fetchall()
+        return [QueuedTest(test_no=int(r["test_no"]), case_id=r["case_id"], target=r["target"], folder=r["folder"],
+                           source=r["source"] or "", mutator=r["mutator"], category=r["category"] or "seed",
+                           arm=r["arm"] or "", seed_no=r["seed_no"], t_generate=float(r["t_generate"] or 0.0),
+                           t_mutate=float(r["t_mutate"] or 0.0)) for r in rows]
+
+    def max_test_no(self) -> int:
+        row = self._db.execute("SELECT MAX(test_no) FROM queue").fetchone()
+        return int(row[0]) if row[0] is not None else -1
+
+    # -- one verdict --------------------------------------------------------------------------------
+    def record_verdict(self, test: QueuedTest, verdict: Verdict, *, t_search: float, t_oracle: float,
+                       elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None,
+                       pkey: str | None = None, value_bin: str | None = None,
+                       value_bin_kept: bool | None = None, calls_kind: str | None = None,
+                       programs: int = 1) -> int | None:
+        """Write the test's verdict, its finding when it is a bug, and mark the queue row done, in
+        one transaction: a finding is in the store before anything else is done with it.
+        `compiler`: {"graph_breaks": [...], "recompiles": [...]} Dynamo recorded (NULL columns without).
+        Returns the finding id (None when not a bug)."""
+        now = time.time()
+        finding_id = None
+        gb = rc = None
+        if compiler is not None:
+            gb = json.dumps(list(compiler.get("graph_breaks") or ()))
+            rc = json.dumps(list(compiler.get("recompiles") or ()))
+        with self._tx():
+            self._db.execute(
+                "INSERT INTO tests (case_id, folder, origin, target, symptom, rung, verdict_json, created, source, "
+                "mutator, category, arm, t_generate, t_mutate, t_search, t_oracle, elapsed_s, novel, test_no, "
+                "graph_breaks, recompiles, value_bin, value_bin_kept, calls_kind, programs) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(case_id, target) DO UPDATE SET folder = excluded.folder, origin = excluded.origin, "
+                "symptom = excluded.symptom, rung = excluded.rung, verdict_json = excluded.verdict_json, "
+                "created = excluded.created, source = excluded.source, mutator = excluded.mutator, "
+                "category = excluded.category, arm = excluded.arm, t_generate = excluded.t_generate, "
+                "t_mutate = excluded.t_mutate, t_search = excluded.t_search, t_oracle = excluded.t_oracle, "
+                "elapsed_s = excluded.elapsed_s, novel = excluded.novel, test_no = excluded.test_no, "
+                "graph_breaks = excluded.graph_breaks, recompiles = excluded.recompiles, "
+                "value_bin = excluded.value_bin, value_bin_kept = excluded.value_bin_kept, "
+                "calls_kind = excluded.calls_kind, programs = excluded.programs",
+                (test.case_id, test.folder, test.source, verdict.target, verdict.symptom.value, verdict.rung,
+                 verdict.dumps(), now, test.source, test.mutator, test.category, test.arm, test.t_generate,
+                 test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no, gb, rc, value_bin,
+                 None if value_bin_kept is None else int(value_bin_kept), calls_kind, int(programs)))
+            if verdict.is_bug:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created, pkey) "
+                    "VALUES (?, ?, ?, ?, 'new', ?, ?)",
+                    (test.case_id, test.folder, verdict.target, verdict.dumps(), now, pkey))
+                row = self._db.execute("SELECT finding_id FROM findings WHERE case_id = ? AND target = ?",
+                                       (test.case_id, verdict.target)).fetchone()
+                finding_id = int(row["finding_id"])
+            self._db.execute("UPDATE queue SET status = 'done' WHERE test_no = ?", (test.test_no,))
+        return finding_id
+
+    # -- counts for status and stats ---------------------------------------------------------------
+    def verdict_counts(self) -> dict[str, dict[str, int]]:
+        """{target: {symptom: count}} over every recorded test."""
+        return _verdict_counts(self._db)
+
+    def findings_count(self) -> int:
+        return _count(self._db, "findings")
+
+    def clusters_count(self) -> int:
+        return _count(self._db, "clusters")
+
+    def latest_finding(self) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT f.finding_id, f.case_id, f.target, f.verdict_json, f.created, t.category, "
+                               "t.mutator FROM findings f LEFT JOIN tests t ON t.case_id = f.case_id AND "
+                               "t.target = f.target ORDER BY f.finding_id DESC LIMIT 1").fetchone()
+        if row is None:
+            return None
+        v = json.loads(row["verdict_json"])
+        return {"finding_id": row["finding_id"], "case_id": row["case_id"], "target": row["target"],
+                "symptom": v.get("symptom"), "rung": v.get("rung"), "exc_type": v.get("exc_type"),
+                "category": row["category"], "mutator": row["mutator"], "created": row["created"]}
+
+    # -- the stats timeline -------------------------------------------------------------------------
+    def add_stats(self, row: dict[str, Any]) -> None:
+        values = [row.get(c) for c in STATS_COLUMNS]
+        values[STATS_COLUMNS.index("json")] = json.dumps(row.get("json") or {}, sort_keys=True, default=str)
+        self._db.execute(f"INSERT INTO stats ({', '.join(STATS_COLUMNS)}) VALUES ({', '.join('?' * len(STATS_COLUMNS))})",
+                         values)
+
+    def stats_rows(self) -> list[dict[str, Any]]:
+        rows = self._db.execute(f"SELECT {', '.join(STATS_COLUMNS)} FROM stats ORDER BY ts").fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["json"] = json.loads(d["json"] or "{}")
+            out.append(d)
+        return out
+
+    # -- the LLM cache ------------------------------------------------------------------------------
+    def llm_cache(self) -> "StoreLLMCache":
+        """An `LLMCache` (core/llm.py) over this store's `llm_cache` table, usable from any thread."""
+        return StoreLLMCache(self.path)
+
+    def llm_cache_count(self) -> int:
+        return _count(self._db, "llm_cache")
+
+
+class StoreLLMCache:
+    """LLM replies kept in the campaign store (table `llm_cache`), keyed by `core.llm.cache_key`.
+
+    It has its own connection (the store's is the campaign loop's; mutators and triage may call
+    from other threads), guarded by a lock; WAL lets it read and write beside the loop's writes.
+    A failed read is a miss and a failed write is logged by the client: a cache never fails a call.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _con(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self._db.execute(_LLM_CACHE_TABLE.strip())
+        return self._db
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            try:
+                row = self._con().execute("SELECT reply FROM llm_cache WHERE key = ?", (key,)).fetchone()
+            except sqlite3.Error:
+                return None
+        return None if row is None else str(row[0])
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._con().execute(
+                "INSERT OR REPLACE INTO llm_cache (key, model, purpose, tokens, created, reply) VALUES (?, ?, ?, ?, ?, ?)",
+                (key, record.get("model"), record.get("purpose"), int(record.get("tokens") or 0),
+                 float(record.get("created") or time.time()), str(record["reply"])))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+# -- reading any store, read-only -----------------------------------------------------------------
+class StoreReader:
+    """Named read-only queries over a store of any age (see the module docstring).
+
+    Each method looks up the tables and columns it needs first and answers empty (0, {}, [] or
+    None, as its docstring says) when they are missing, so a report renders for a store written
+    by `nnforge triage`, by an older NNForge, or by a campaign that has only just started.
+    `path`: a Store, a campaign folder or the .sqlite file. `read_only`: open with SQLite's
+    read-only mode, so a missing file raises `StoreError` instead of being created empty (what a
+    watcher polling a campaign that has not started yet needs).
+    """
+
+    def __init__(self, path: Any, *, read_only: bool = False, timeout: float = 30.0):
+        self.path = store_file(path)
+        if read_only:
+            self._con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=timeout)
+        else:
+            self._con = sqlite3.connect(str(self.path), timeout=timeout)
+        self._con.row_factory = sqlite3.Row
+        self._tables = {r[0] for r in self._con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        self._cols: dict[str, set[str]] = {}
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> "StoreReader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- what the store has ---------------------------------------------------------------------
+    def has_table(self, table: str) -> bool:
+        return table in self._tables
+
+    def columns(self, table: str) -> set[str]:
+        """The table's columns (empty when the table is missing)."""
+        if table not in self._cols:
+            self._cols[table] = ({r["name"] for r in self._con.execute(f"PRAGMA table_info({table})")}
+                                 if table in self._tables else set())
+        return self._cols[table]
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return self._con.execute(sql, params).fetchall()
+
+    # -- meta -----------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        if "meta" not in self._tables:
+            return None
+        row = self._con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row["value"]
+
+    def meta_json(self, keys: tuple[str, ...]) -> Any:
+        """The first of `keys` whose value parses as JSON (older stores used other key names)."""
+        for k in keys:
+            raw = self.meta(k)
+            if raw is None:
+                continue
+            try:
+                return json.loads(raw)
+            except ValueError:
+                continue
+        return None
+
+    # -- tests ----------------------------------------------------------------------------------
+    def tests_count(self) -> int:
+        return _count(self._con, "tests") if "tests" in self._tables else 0
+
+    def verdict_counts_by_target(self) -> dict[str, dict[str, int]]:
+        """{target: {symptom: count}} over every recorded test, in target then symptom order."""
+        return _verdict_counts(self._con) if "tests" in self._tables else {}
+
+    def invalid_at_rung_by_target(self, rung: str) -> dict[str, int]:
+        """{target: tests judged invalid at `rung`} (a gate rung: the test never reached the target)."""
+        if "rung" not in self.columns("tests"):
+            return {}
+        return {r["target"]: int(r["n"]) for r in self._rows(
+            "SELECT target, COUNT(*) AS n FROM tests WHERE symptom = 'invalid' AND rung = ? GROUP BY target", (rung,))}
+
+    def created_span(self) -> tuple[float | None, float | None]:
+        """(first, last) `created` time over the tests; (None, None) without tests."""
+        if "tests" not in self._tables:
+            return None, None
+        row = self._rows("SELECT MIN(created) AS first, MAX(created) AS last FROM tests")[0]
+        return row["first"], row["last"]
+
+    def max_test_elapsed(self) -> float | None:
+        """The latest campaign time a verdict came at; None without the `elapsed_s` column."""
+        if "elapsed_s" not in self.columns("tests"):
+            return None
+        return float(self._rows("SELECT MAX(elapsed_s) AS m FROM tests")[0]["m"] or 0.0)
+
+    def programs_total(self) -> int | None:
+        """Generator programs over all tests (a row without a value counts as one); None without the column."""
+        if "programs" not in self.columns("tests"):
+            return None
+        return int(self._rows("SELECT SUM(COALESCE(programs, 1)) AS n FROM tests")[0]["n"] or 0)
+
+    def yield_by(self, column: str) -> list[tuple[str, int, int, int, int]]:
+        """(value of `column` or "(none)", tests, bug verdicts, invalid, distinct clusters of those
+        bugs) per value, most tests first; [] without the column."""
+        if column not in self.columns("tests"):
+            return []
+        bug_list = ", ".join("?" * len(_BUG_SYMPTOMS))
+        join_clusters = "signature_digest" in self.columns("findings")
+        clusters_expr = (f"COUNT(DISTINCT CASE WHEN t.symptom IN ({bug_list}) THEN f.signature_digest END)"
+                         if join_clusters else "0")
+        join = "LEFT JOIN findings f ON f.case_id = t.case_id AND f.target = t.target" if join_clusters else ""
+        sql = (f"SELECT COALESCE(t.{column}, '(none)') AS k, COUNT(*) AS n, "
+               f"SUM(CASE WHEN t.symptom IN ({bug_list}) THEN 1 ELSE 0 END) AS bugs, "
+               f"SUM(CASE WHEN t.symptom = 'invalid' THEN 1 ELSE 0 END) AS invalid, {clusters_expr} AS clusters "
+               f"FROM tests t {join} GROUP BY k ORDER BY n DESC, k")
+        params = _BUG_SYMPTOMS + (_BUG_SYMPTOMS if join_clusters else ())  # in SELECT-list order
+        return [(str(r["k"]), int(r["n"]), int(r["bugs"] or 0), int(r["invalid"] or 0), int(r["clusters"] or 0))
+                for r in self._rows(sql, params)]
+
+    def value_bin_kept(self) -> dict[str, tuple[int, int]]:
+        """{value bin: (tests whose values kept its property, tests where that is known)}; {} without the column."""
+        if "value_bin_kept" not in self.columns("tests"):
+            return {}
+        rows = self._rows("SELECT value_bin AS b, SUM(CASE WHEN value_bin_kept = 1 THEN 1 ELSE 0 END) AS kept, "
+                          "COUNT(value_bin_kept) AS known FROM tests WHERE value_bin IS NOT NULL GROUP BY value_bin")
+        return {str(r["b"]): (int(r["kept"] or 0), int(r["known"] or 0)) for r in rows}
+
+    def stage_sums(self, stages: tuple[str, ...]) -> dict[str, float]:
+        """{stage: seconds over all tests} for each stage whose `t_<stage>` column exists."""
+        cols = self.columns("tests")
+        present = [s for s in stages if f"t_{s}" in cols]
+        if not present:
+            return {}
+        row = self._rows("SELECT " + ", ".join(f"SUM(t_{s}) AS {s}" for s in present) + " FROM tests")[0]
+        return {s: float(row[s] or 0.0) for s in present}
+
+    def symptoms_by_elapsed(self) -> list[tuple[float, str]]:
+        """(campaign seconds, symptom) per test that has them, in time order; [] without `elapsed_s`."""
+        if "elapsed_s" not in self.columns("tests"):
+            return []
+        rows = self._rows("SELECT elapsed_s AS t, symptom FROM tests WHERE elapsed_s IS NOT NULL ORDER BY elapsed_s")
+        return [(float(r["t"]), r["symptom"]) for r in rows]
+
+    def symptoms_by_created(self) -> list[tuple[float, str]]:
+        """(epoch seconds recorded, symptom) per test, in time order; [] without tests."""
+        if "tests" not in self._tables:
+            return []
+        return [(float(r["t"]), r["symptom"]) for r in self._rows("SELECT created AS t, symptom FROM tests ORDER BY created")]
+
+    def compiler_records(self) -> list[tuple[str, str | None, str | None]] | None:
+        """(target, graph_breaks JSON, recompiles JSON) per test that recorded either; None when
+        the store has no such columns (it records no graph breaks or recompiles)."""
+        cols = self.columns("tests")
+        if "graph_breaks" not in cols or "recompiles" not in cols:
+            return None
+        return [(r["target"], r["graph_breaks"], r["recompiles"]) for r in self._rows(
+            "SELECT target, graph_breaks, recompiles FROM tests WHERE graph_breaks IS NOT NULL OR recompiles IS NOT NULL")]
+
+    # -- findings and clusters ------------------------------------------------------------------
+    def findings_count(self) -> int:
+        return _count(self._con, "findings") if "findings" in self._tables else 0
+
+    def findings_by_status(self) -> list[tuple[str, int]]:
+        """(status, findings) per status; a store without the column counts every finding `new`."""
+        if "findings" not in self._tables:
+            return []
+        rows = self._rows("SELECT status, COUNT(*) AS n FROM findings GROUP BY status" if "status" in self.columns("findings")
+                          else "SELECT 'new' AS status, COUNT(*) AS n FROM findings")
+        return [(str(r["status"]), int(r["n"])) for r in rows]
+
+    def failed_count(self) -> int | None:
+        """Waiting findings whose last triage failed; None when the store does not record failures."""
+        cols = self.columns("findings")
+        if "error" not in cols or "status" not in cols:
+            return None
+        return int(self._rows("SELECT COUNT(*) AS n FROM findings WHERE status = 'new' AND error IS NOT NULL")[0]["n"])
+
+    def waiting_by_key(self) -> list[tuple[str, int]]:
+        """(provisional key, waiting findings), largest group first; [] without the `pkey` column."""
+        if "pkey" not in self.columns("findings"):
+            return []
+        rows = self._rows("SELECT COALESCE(pkey, '(no key yet)') AS k, COUNT(*) AS n FROM findings WHERE status = 'new' "
+                          "GROUP BY k ORDER BY n DESC, k")
+        return [(str(r["k"]), int(r["n"])) for r in rows]
+
+    def finding_cases(self) -> list[tuple[str | None, str, str | None]]:
+        """(case folder, target, cluster id) of every finding, oldest first."""
+        if "findings" not in self._tables:
+            return []
+        return [(r["case_folder"], r["target"], r["signature_digest"]) for r in self._rows(
+            "SELECT case_folder, target, signature_digest FROM findings ORDER BY finding_id")]
+
+    def cluster_rows(self) -> list[dict[str, Any]]:
+        """Every cluster row as a dict of whatever columns the store has, oldest first."""
+        if "clusters" not in self._tables:
+            return []
+        order = "first_seen, cluster_id" if "first_seen" in self.columns("clusters") else "cluster_id"
+        return [dict(r) for r in self._rows(f"SELECT * FROM clusters ORDER BY {order}")]
+
+    def cluster_targets(self, cluster_id: str) -> tuple[str, ...]:
+        """The targets the cluster's findings came from, sorted; () when findings name no cluster."""
+        if "signature_digest" not in self.columns("findings"):
+            return ()
+        return tuple(r["target"] for r in self._rows(
+            "SELECT DISTINCT target FROM findings WHERE signature_digest = ? ORDER BY target", (cluster_id,)))
+
+    def attached_count(self, cluster_id: str) -> int:
+        """Findings counted into the cluster without a reduction of their own."""
+        cols = self.columns("findings")
+        if "signature_digest" not in cols or "status" not in cols:
+            return 0
+        return int(self._rows("SELECT COUNT(*) AS n FROM findings WHERE signature_digest = ? AND status = 'attached'",
+                              (cluster_id,))[0]["n"])
+
+    def first_finding_arms(self) -> list[tuple[str, str | None]]:
+        """(cluster id, scheduler arm of the test behind its first finding) per cluster; [] when
+        the store has no arms or no cluster ids on findings."""
+        if "arm" not in self.columns("tests") or "signature_digest" not in self.columns("findings"):
+            return []
+        rows = self._rows("SELECT f.signature_digest AS cid, t.arm AS arm FROM findings f JOIN tests t "
+                          "ON t.case_id = f.case_id AND t.target = f.target WHERE f.signature_digest IS NOT NULL "
+                          "AND f.finding_id = (SELECT MIN(g.finding_id) FROM findings g "
+                          "WHERE g.signature_digest = f.signature_digest)")
+        return [(r["cid"], r["arm"]) for r in rows]
+
+    # -- the campaign's queue and timeline ------------------------------------------------------
+    def queue_count(self) -> int:
+        """Tests the campaign made (queued, with or without a verdict)."""
+        return _count(self._con, "queue") if "queue" in self._tables else 0
+
+    def unrecorded_count(self) -> int:
+        """Queued tests with no verdict in `tests` (in flight when the campaign stopped, or lost)."""
+        if "queue" not in self._tables or "tests" not in self._tables:
+            return self.queue_count()
+        return int(self._rows("SELECT COUNT(*) AS n FROM queue q WHERE NOT EXISTS (SELECT 1 FROM tests t WHERE "
+                              "t.case_id = q.case_id AND t.target = q.target)")[0]["n"])
+
+    def stats_rows(self) -> list[dict[str, Any]]:
+        """The stats timeline, oldest first, every column the store has; `json` decoded ({} when unreadable)."""
+        if "stats" not in self._tables:
+            return []
+        order = "ts" if "ts" in self.columns("stats") else "rowid"
+        out = []
+        for r in self._rows(f"SELECT * FROM stats ORDER BY {order}"):
+            d = dict(r)
+            raw = d.get("json")
+            try:
+                d["json"] = json.loads(raw) if isinstance(raw, str) and raw else {}
+            except ValueError:
+                d["json"] = {}
+            out.append(d)
+        return out

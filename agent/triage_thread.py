@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nnforge.agent.campaign_config import CampaignConfig
-from nnforge.agent.campaign_store import CampaignStore
+from nnforge.agent.store import CampaignStore
 
 
 class TriageThread(threading.Thread):

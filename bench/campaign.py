@@ -63,7 +63,6 @@ import re
 import resource
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -76,6 +75,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nnforge.agent.report_data import CampaignView, fmt_duration, load_view  # noqa: E402
+from nnforge.agent.store import STORE_FILE, StoreReader  # noqa: E402
 
 NNSMITH_HOME = ROOT / "bench" / ".nnsmith-head"
 DEFAULT_MIRROR = os.environ.get("NNSMITH_HEAD_MIRROR", "/work/.mirror/ise-uiuc+nnsmith/repo")
@@ -316,29 +316,19 @@ def run_nnforge(out: Path, args: argparse.Namespace, cap: int) -> tuple[Side, bo
     hard = args.minutes * 60 + args.startup_allowance * 60
     side.run = launch(cmd, env=dict(os.environ), log=out.parent / f"{out.name}.log", cap_bytes=cap, hard_limit_s=hard)
     print(f"campaign exited with status {side.run.rc} after {side.run.wall_s:.0f} s (log: {side.run.log})")
-    db_path = out / "store.sqlite"
+    db_path = out / STORE_FILE
     if db_path.is_file():
-        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-        try:
-            cols = {r[1] for r in con.execute("PRAGMA table_info(tests)")}
-            prog = "COALESCE(programs, 1)" if "programs" in cols else "1"
-            n, p, first, last = con.execute(f"SELECT COUNT(*), SUM({prog}), MIN(created), MAX(created) FROM tests").fetchone()
-            bugs = con.execute("SELECT COUNT(*) FROM findings").fetchone()[0] if _has_table(con, "findings") else 0
-        finally:
-            con.close()
-        side.tests = n or 0
-        if "programs" in cols:
-            side.programs = p or 0
+        with StoreReader(db_path, read_only=True) as db:
+            n, programs, (first, last), bugs = db.tests_count(), db.programs_total(), db.created_span(), db.findings_count()
+        side.tests = n
+        if programs is not None:
+            side.programs = programs
         if first is not None:
             side.first_s, side.last_s = first - side.run.t0_epoch, last - side.run.t0_epoch
         side.bugs, side.bugs_label = bugs, "findings"
     else:
         side.notes.append(f"no store at {db_path}: the campaign did not start (see its log)")
     return side, coverage
-
-
-def _has_table(con: sqlite3.Connection, name: str) -> bool:
-    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
 
 
 def sample(points: list[tuple[float, float]], n: int = 8) -> list[tuple[float, float]]:
@@ -697,7 +687,7 @@ def main() -> None:
         out = base / "campaign"
         print(f"\n== NNForge campaign, {args.minutes:g} minutes ==", flush=True)
         ours, _ = run_nnforge(out, args, cap)
-        if (out / "store.sqlite").is_file():
+        if (out / STORE_FILE).is_file():
             print_campaign(load_view(out))
             print(f"summary: {out / 'summary.md'}   report: {out / 'report.html'}")
 

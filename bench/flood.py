@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+
+from nnforge.agent.store import STORE_FILE, StoreError, StoreReader
 
 
 NNFORGE = [sys.executable, "-m", "nnforge.agent.cli"]
@@ -80,12 +82,9 @@ def left_behind(before: set[int], token: str) -> list[int]:
 
 def recorded(folder: Path) -> int:
     try:
-        db = sqlite3.connect(f"file:{folder / 'store.sqlite'}?mode=ro", uri=True, timeout=5)
-        try:
-            return int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
-        finally:
-            db.close()
-    except sqlite3.Error:
+        with StoreReader(folder / STORE_FILE, read_only=True, timeout=5) as db:
+            return db.tests_count()
+    except StoreError:
         return 0
 
 
@@ -136,14 +135,12 @@ def _flood(args: argparse.Namespace, out: Path, tally: Path) -> int:
     wall = time.monotonic() - t0
     time.sleep(2)
     left = left_behind(before, token)
-    db = sqlite3.connect(out / "store.sqlite")
-    tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
-    made = int(db.execute("SELECT COUNT(*) FROM queue").fetchone()[0])
-    unrecorded = int(db.execute("SELECT COUNT(*) FROM queue q WHERE NOT EXISTS (SELECT 1 FROM tests t WHERE "
-                                "t.case_id = q.case_id AND t.target = q.target)").fetchone()[0])
-    symptoms = dict(db.execute("SELECT symptom, COUNT(*) FROM tests GROUP BY symptom").fetchall())
-    restarts = db.execute("SELECT worker_restarts FROM stats ORDER BY ts DESC LIMIT 1").fetchone()
-    db.close()
+    with StoreReader(out / STORE_FILE) as db:
+        tests, made, unrecorded = db.tests_count(), db.queue_count(), db.unrecorded_count()
+        symptoms: Counter[str] = Counter()
+        for by_symptom in db.verdict_counts_by_target().values():
+            symptoms.update(by_symptom)
+        last_stats = db.stats_rows()[-1:]
     warm = [mb for t, mb in samples if t >= 60] or [mb for _, mb in samples]
     rows = [
         ("campaign exit code", rc), ("wall seconds", f"{wall:.0f}"), ("tests recorded", tests),
@@ -151,7 +148,7 @@ def _flood(args: argparse.Namespace, out: Path, tally: Path) -> int:
         ("made but not recorded", f"{unrecorded}" + (" (in flight at the stop; --resume reruns them)"
                                                      if stopped and unrecorded <= args.workers else "")),
         ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(symptoms.items()))),
-        ("worker restarts", restarts[0] if restarts else "-"),
+        ("worker restarts", last_stats[0].get("worker_restarts") if last_stats else "-"),
         ("worker start-ups that exited before ready", len(list(tally.iterdir()))),
         ("processes left behind", f"{len(left)}" + (f" ({left[:10]})" if left else "")),
         ("parent RSS first/last/max MB (after 1 min)",

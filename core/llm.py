@@ -7,7 +7,7 @@ What a campaign needs from it, beyond a reply:
 - every call is cached by a hash of (model, temperature, system, user), so a rerun of a
   campaign costs no tokens and no time. The cache is pluggable (`LLMCache`: get/put): on disk
   under `settings.llm_cache_dir` by default (CLI use), in the campaign's SQLite store during a
-  campaign (`agent.campaign_store.StoreLLMCache`), so the campaign folder holds its replies;
+  campaign (`agent.store.StoreLLMCache`), so the campaign folder holds its replies;
 - tokens are counted against a budget (usage metadata of the reply, or an estimate from the text);
 - 429, 5xx, timeouts and dropped connections are retried with exponential backoff (our own loop:
   the LangChain client is built with `max_retries=0` so the two do not multiply);

@@ -275,7 +275,7 @@ def test_graph_breaks_and_recompiles_reach_the_result_the_scheduler_the_store_an
     import torch
 
     from nnforge.agent.campaign import behaviours_of, compiler_record
-    from nnforge.agent.campaign_store import CampaignStore, QueuedTest
+    from nnforge.agent.store import CampaignStore, QueuedTest
     from nnforge.agent.report_data import load_view
     from nnforge.agent.report_html import render_report
     from nnforge.agent.summary import render_summary

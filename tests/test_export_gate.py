@@ -79,7 +79,7 @@ def test_the_gate_check_refuses_what_the_gate_stops_and_admits_what_passes_it(po
 @pytest.mark.slow
 def test_generated_onnx_seeds_are_drawn_again_until_the_gate_admits_them(pool, tmp_path) -> None:
     from nnforge.agent.campaign import CampaignConfig, GeneratorSource
-    from nnforge.agent.campaign_store import CampaignStore
+    from nnforge.agent.store import CampaignStore
 
     store = CampaignStore(tmp_path / "camp")
     source = GeneratorSource(store, CampaignConfig(out=str(tmp_path / "camp"), budget_s=1, nodes=8, seed=0))

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nnforge.agent.campaign_store import CampaignStore, QueuedTest
 from nnforge.agent.coverage_map import CoverageMap
 from nnforge.agent.report_html import write_report
 from nnforge.agent.scheduler import Arm, Scheduler
-from nnforge.agent.store import Store
+from nnforge.agent.store import CampaignStore, QueuedTest, Store
 from nnforge.agent.summary import write_summary
 from nnforge.agent.svg_plots import Series, line_chart, nice_ticks
 from nnforge.core.signature import Signature

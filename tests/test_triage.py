@@ -329,7 +329,7 @@ def test_llm_prose_is_used_only_when_it_keeps_code_numbers_and_versions(tmp_path
 def test_a_cluster_whose_repro_does_not_reproduce_is_listed_apart_as_unreproduced(tmp_path, pool, settings):
     """A finding claimed against a program inductor computes correctly: its repro.py exits 0 in
     a fresh process, so the cluster is not on the morning list but under "Not listed", with why."""
-    from nnforge.agent.campaign_store import CampaignStore
+    from nnforge.agent.store import CampaignStore
     from nnforge.agent.summary import write_summary
     from nnforge.core.verdict import Verdict
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -102,8 +101,9 @@ def fired_log(folder: Path) -> Path:
 def surfaced_clusters(folder: Path) -> tuple[list[tuple[str, float | None]], set[str]]:
     """(cluster id, campaign seconds when first seen) of every cluster the summary lists."""
     from nnforge.agent.report_data import load_view
+    from nnforge.agent.store import STORE_FILE
 
-    view = load_view(folder / "store.sqlite", folder)
+    view = load_view(folder / STORE_FILE, folder)
     # a store that predates repro checks lists every cluster; a newer one only reproduced ones
     checked = any(c.repro_status != "unchecked" for c in view.clusters)
     rows = [(c.cluster_id, c.first_seen_s) for c in view.clusters if c.listed or not checked]
@@ -112,13 +112,13 @@ def surfaced_clusters(folder: Path) -> tuple[list[tuple[str, float | None]], set
 
 def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], limit: int) -> tuple[int, int, int, int]:
     """(findings, rerun, triggered, triggered outside `exclude` clusters)."""
+    from nnforge.agent.store import STORE_FILE, StoreReader
     from nnforge.core.testcase import TestCase
     from nnforge.oracle.oracle import Oracle
     from nnforge.oracle.sandbox import WorkerPool
 
-    db = sqlite3.connect(folder / "store.sqlite")
-    rows = db.execute("SELECT case_folder, target, signature_digest FROM findings ORDER BY finding_id").fetchall()
-    db.close()
+    with StoreReader(folder / STORE_FILE, read_only=True) as db:
+        rows = db.finding_cases()
     total = len(rows)
     if len(rows) > limit:
         step = len(rows) / limit
@@ -143,13 +143,14 @@ def rerun_findings(fault: fault_hook.Fault, folder: Path, exclude: set[str], lim
 
 
 def judge(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> FaultResult:
+    from nnforge.agent.store import STORE_FILE, StoreError, StoreReader
+
     res = FaultResult(fault, folder)
     res.fired = fault_hook.fired_counts(fired_log(folder)).get(fault.name, 0)
     try:
-        db = sqlite3.connect(folder / "store.sqlite")
-        res.tests = int(db.execute("SELECT COUNT(*) FROM tests").fetchone()[0])
-        db.close()
-    except sqlite3.Error as e:
+        with StoreReader(folder / STORE_FILE, read_only=True) as db:
+            res.tests = db.tests_count()
+    except StoreError as e:
         res.note = f"no store: {e}"
         return res
     clusters, _ = surfaced_clusters(folder)
