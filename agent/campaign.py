@@ -43,12 +43,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from nnforge.agent.campaign_config import (CampaignConfig, CampaignSetupError, categories_for_target,  # noqa: F401
-                                           is_onnx_target, parse_budget)  # (the command line imports them from here)
+from nnforge.agent.campaign_config import CampaignConfig, CampaignSetupError, categories_for_target, is_onnx_target
 from nnforge.agent.store import STORE_FILE, CampaignStore, QueuedTest, is_disk_full
 from nnforge.agent.coverage_map import load_coverage_map, save_coverage_map
-from nnforge.agent.novelty import behaviours_of, compiler_record, root_cause_key  # noqa: F401
-from nnforge.agent.seed_sources import GeneratorSource, HistorySource, history_prior  # noqa: F401
+from nnforge.agent.novelty import behaviours_of, compiler_record, root_cause_key
+from nnforge.agent.seed_sources import GeneratorSource, HistorySource, history_prior
 from nnforge.agent.triage_thread import TriageGroup, attach_waiting
 from nnforge.agent.executor import ExecutorConfig, ExecResult, make_executor
 from nnforge.agent.lock import CampaignLock

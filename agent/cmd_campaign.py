@@ -102,7 +102,8 @@ def campaign(
     """Fuzz the targets for a time budget: generate, mutate, judge, triage, report.
 
     Exit status: 0 budget spent, 130 interrupted (--resume continues it), 2 could not start, 3 disk full."""
-    from nnforge.agent.campaign import (Campaign, CampaignConfig, CampaignSetupError, parse_budget)
+    from nnforge.agent.campaign import Campaign
+    from nnforge.agent.campaign_config import CampaignConfig, CampaignSetupError, parse_budget
     from nnforge.agent.lock import CampaignLocked
     from nnforge.agent.status import StatusDisplay
 

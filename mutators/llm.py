@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from nnforge.core.calls import CallStep
 from nnforge.core.llm import LLMClient, LLMUnavailable, cache_key
-from nnforge.core.prompt_files import prompt_text, render  # noqa: F401  (re-exported)
+from nnforge.core.prompt_files import prompt_text, render
 from nnforge.core.testcase import TestCase
 from nnforge.mutators.ast_tools import ProgramContractError, ProgramTree
 from nnforge.mutators.base import CATEGORIES, SEQUENCE_CATEGORIES, Mutator, Probe, derive, ensure_calls, mutators_for

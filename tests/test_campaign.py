@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nnforge.agent.campaign import parse_budget
+from nnforge.agent.campaign_config import parse_budget
 from nnforge.agent.cli import _register_commands, app
 from nnforge.agent.lock import CampaignLock, CampaignLocked
 from nnforge.agent.scheduler import SEED, Arm, Scheduler
@@ -274,7 +274,7 @@ def make_inputs():
 def test_graph_breaks_and_recompiles_reach_the_result_the_scheduler_the_store_and_the_reports(tmp_path):
     import torch
 
-    from nnforge.agent.campaign import behaviours_of, compiler_record
+    from nnforge.agent.novelty import behaviours_of, compiler_record
     from nnforge.agent.store import CampaignStore, QueuedTest
     from nnforge.agent.report_data import load_view
     from nnforge.agent.report_html import render_report
@@ -342,7 +342,7 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
 
 
 def test_onnx_targets_get_backend_category_arms_only():
-    from nnforge.agent.campaign import categories_for_target
+    from nnforge.agent.campaign_config import categories_for_target
 
     s = Scheduler(["generator"], ["A1", "G2", "I1", "I2"], ["inductor", "ort"], mutate_prob=1.0, seed=0,
                   categories_for=categories_for_target)

@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from nnforge.agent import cli
-from nnforge.agent.campaign import parse_budget
+from nnforge.agent.campaign_config import parse_budget
 from nnforge.agent.cli import _register_commands, app
 from nnforge.agent.cmd_history import clip
 from nnforge.agent.cmd_run import verdict_table

@@ -78,7 +78,8 @@ def test_the_gate_check_refuses_what_the_gate_stops_and_admits_what_passes_it(po
 
 @pytest.mark.slow
 def test_generated_onnx_seeds_are_drawn_again_until_the_gate_admits_them(pool, tmp_path) -> None:
-    from nnforge.agent.campaign import CampaignConfig, GeneratorSource
+    from nnforge.agent.campaign_config import CampaignConfig
+    from nnforge.agent.seed_sources import GeneratorSource
     from nnforge.agent.store import CampaignStore
 
     store = CampaignStore(tmp_path / "camp")

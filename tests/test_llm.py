@@ -255,7 +255,8 @@ def test_identical_calls_are_answered_from_the_disk_cache(server_factory, tmp_pa
 
 def test_a_campaign_keeps_its_llm_cache_in_its_store_and_a_resumed_campaign_reuses_it(server_factory, tmp_path,
                                                                                         monkeypatch):
-    from nnforge.agent.campaign import Campaign, CampaignConfig
+    from nnforge.agent.campaign import Campaign
+    from nnforge.agent.campaign_config import CampaignConfig
     from nnforge.agent.store import CampaignStore
 
     server = server_factory([("ok", "answer one"), ("ok", "answer two")])

@@ -49,7 +49,7 @@ def test_a_seeded_op_that_draws_nothing_is_judged_and_one_that_draws_is_invalid(
 
 @pytest.mark.slow
 def test_the_onnx_export_target_judges_the_dynamo_exporter_and_its_repro_agrees(pool, tmp_path) -> None:
-    from nnforge.agent.campaign import CampaignConfig
+    from nnforge.agent.campaign_config import CampaignConfig
 
     assert "onnx_export" not in CampaignConfig(out="x", budget_s=1).targets  # off by default
     checked = Oracle(pool, ["onnx_export"], 100.0).check(TestCase(program=MATMUL))
