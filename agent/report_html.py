@@ -137,6 +137,25 @@ def charts(view: CampaignView) -> list[str]:
 
 
 def render_report(view: CampaignView) -> str:
+    parts = _page_top(view)
+    parts.append("<h2>Plots</h2>")
+    parts.append('<div class="charts">' + "".join(f"<div>{svg}</div>" for svg in charts(view)) + "</div>")
+    parts += _cluster_sections(view) + _verdict_section(view)
+    parts.append(_compiler_section(view))
+    parts += _yield_and_stage_sections(view)
+    parts.append(_scheduler_section(view))
+    parts += _health_section(view)
+    if view.config:
+        parts.append("<h2>Configuration</h2><details><summary>campaign settings</summary><pre>"
+                     + escape(json.dumps(view.config, indent=2, sort_keys=True, default=str)) + "</pre></details>")
+    parts.append('<p class="sub">Written by NNForge from the campaign store; <a href="summary.md">summary.md</a> has the '
+                 "same figures as text.</p>")
+    parts.append("</main></body></html>")
+    return "\n".join(parts)
+
+
+def _page_top(view: CampaignView) -> list[str]:
+    """The head of the page, its title line and the tiles of headline figures."""
     health = view.health()
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"/>',
              '<meta name="viewport" content="width=device-width, initial-scale=1"/>',
@@ -156,10 +175,12 @@ def render_report(view: CampaignView) -> str:
     if view.covered_lines is not None:
         tiles.append(_tile("lines covered", view.covered_lines))
     parts.append('<div class="tiles">' + "".join(tiles) + "</div>")
+    return parts
 
-    parts.append("<h2>Plots</h2>")
-    parts.append('<div class="charts">' + "".join(f"<div>{svg}</div>" for svg in charts(view)) + "</div>")
 
+def _cluster_sections(view: CampaignView) -> list[str]:
+    """The listed clusters, those not listed (and why), and the findings count."""
+    parts: list[str] = []
     parts.append("<h2>Unique bugs (clusters)</h2>")
     if view.bug_clusters:
         rows = []
@@ -181,7 +202,12 @@ def render_report(view: CampaignView) -> str:
     f = view.findings
     parts.append(f'<p class="sub">findings: {f["total"]} ({f.get("triaged", 0)} reduced, {f.get("attached", 0)} '
                  f'attached unreduced, {f.get("new", 0)} waiting, of which {f.get("failed", 0)} failed triage)</p>')
+    return parts
 
+
+def _verdict_section(view: CampaignView) -> list[str]:
+    """Verdicts per target."""
+    parts: list[str] = []
     parts.append("<h2>Verdicts per target</h2>")
     if view.verdicts:
         symptoms = [s.value for s in Symptom if any(s.value in v for v in view.verdicts.values())]
@@ -190,9 +216,12 @@ def render_report(view: CampaignView) -> str:
                              for t, c in sorted(view.verdicts.items())], numeric=set(range(1, len(symptoms) + 2))))
     else:
         parts.append('<p class="muted">no tests recorded</p>')
+    return parts
 
-    parts.append(_compiler_section(view))
 
+def _yield_and_stage_sections(view: CampaignView) -> list[str]:
+    """Yield per category, target, source and mutator; time per stage."""
+    parts: list[str] = []
     parts.append("<h2>Yield</h2>")
     for rows, what in ((view.by_category, "category"), (view.by_target, "target"), (view.by_source, "seed source"),
                        (view.by_mutator, "mutator")):
@@ -207,23 +236,20 @@ def render_report(view: CampaignView) -> str:
                              for s, v in view.stage_seconds.items()], numeric={1, 2, 3}))
     else:
         parts.append('<p class="muted">no stage timings recorded</p>')
+    return parts
 
-    parts.append(_scheduler_section(view))
 
+def _health_section(view: CampaignView) -> list[str]:
+    """Worker restarts, timeouts, segfaults and memory."""
+    health = view.health()
+    parts: list[str] = []
     parts.append("<h2>Worker health</h2>")
     parts.append(_table(["restarts", "timeouts", "segfaults", "RSS first (MB)", "RSS last (MB)", "RSS max (MB)"],
                         [[health["worker_restarts"], health["timeouts"], health["segfaults"]]
                          + ["-" if health[k] is None else f"{health[k]:.0f}"
                             for k in ("rss_first_mb", "rss_last_mb", "rss_max_mb")]],
                         numeric={0, 1, 2, 3, 4, 5}))
-
-    if view.config:
-        parts.append("<h2>Configuration</h2><details><summary>campaign settings</summary><pre>"
-                     + escape(json.dumps(view.config, indent=2, sort_keys=True, default=str)) + "</pre></details>")
-    parts.append('<p class="sub">Written by NNForge from the campaign store; <a href="summary.md">summary.md</a> has the '
-                 "same figures as text.</p>")
-    parts.append("</main></body></html>")
-    return "\n".join(parts)
+    return parts
 
 
 def _compiler_section(view: CampaignView) -> str:

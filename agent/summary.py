@@ -73,8 +73,18 @@ def _cluster_table(clusters: Any) -> list[str]:
 
 
 def render_summary(view: CampaignView) -> str:
-    health = view.health()
     lines = [f"# NNForge campaign: {view.folder.name}", ""]
+    for section in (_head, _cluster_sections, _verdict_section):
+        lines += section(view)
+    lines += ["", "## Graph breaks and recompiles (torch.compile)", ""] + _compiler_section(view)
+    for section in (_yield_sections, _stage_section, _scheduler_section, _health_section):
+        lines += section(view)
+    lines += ["", "Plots: [report.html](report.html).", ""]
+    return "\n".join(lines)
+
+
+def _head(view: CampaignView) -> list[str]:
+    """The campaign in one list: what ran, how fast, what it found."""
     head = [
         ("status", view.status or "-"),
         ("started", fmt_time(view.started)),
@@ -106,8 +116,12 @@ def render_summary(view: CampaignView) -> str:
                             f"{s.get('tokens', 0)} tokens, {s.get('failures', 0)} failed, {s.get('mutants', 0)} "
                             f"mutants used, {s.get('fallbacks', 0)} tests fell back to offline mutators"
                             + (f"; last error: {s['last_error']}" if s.get("last_error") else "")))
-    lines += [f"- **{k}**: {v}" for k, v in head]
+    return [f"- **{k}**: {v}" for k, v in head]
 
+
+def _cluster_sections(view: CampaignView) -> list[str]:
+    """The listed clusters, those not listed (and why), and the findings still waiting."""
+    lines: list[str] = []
     lines += ["", "## Unique bugs (clusters)", "",
               "Each listed cluster's `repro.py` exited 1 in a fresh process (three times for wrong results).", ""]
     bugs = view.bug_clusters
@@ -127,7 +141,12 @@ def render_summary(view: CampaignView) -> str:
         lines += _table(["provisional key", "findings"], [[f"`{k[:160]}`", n] for k, n in view.waiting[:20]])
         if len(view.waiting) > 20:
             lines.append(f"\n… and {len(view.waiting) - 20} more keys")
+    return lines
 
+
+def _verdict_section(view: CampaignView) -> list[str]:
+    """Verdicts per target, and how many ONNX tests the export gate stopped."""
+    lines: list[str] = []
     lines += ["", "## Verdicts per target", ""]
     if view.verdicts:
         symptoms = [s.value for s in Symptom if any(s.value in v for v in view.verdicts.values())]
@@ -140,9 +159,12 @@ def render_summary(view: CampaignView) -> str:
                          "onnx.reference): counted invalid, never findings against the runtime.")
     else:
         lines.append("_no tests recorded_")
+    return lines
 
-    lines += ["", "## Graph breaks and recompiles (torch.compile)", ""] + _compiler_section(view)
 
+def _yield_sections(view: CampaignView) -> list[str]:
+    """Bug and invalid rates per category, target, kind of call, value bin, source, mutator."""
+    lines: list[str] = []
     lines += ["", "## Yield per category", ""] + _yield_table(view.by_category, "category")
     lines += ["", "## Yield per target", ""] + _yield_table(view.by_target, "target")
     if view.by_calls_kind:
@@ -158,7 +180,12 @@ def render_summary(view: CampaignView) -> str:
         lines += ["", "## Yield per seed source", ""] + _yield_table(view.by_source, "source")
     if any(r.key != "(none)" for r in view.by_mutator):
         lines += ["", "## Yield per mutator", ""] + _yield_table(view.by_mutator, "mutator")
+    return lines
 
+
+def _stage_section(view: CampaignView) -> list[str]:
+    """Where the campaign's seconds went, stage by stage."""
+    lines: list[str] = []
     lines += ["", "## Time per stage", ""]
     total = sum(view.stage_seconds.values())
     if total > 0:
@@ -167,7 +194,12 @@ def render_summary(view: CampaignView) -> str:
                          for s, v in view.stage_seconds.items()])
     else:
         lines.append("_no stage timings recorded_")
+    return lines
 
+
+def _scheduler_section(view: CampaignView) -> list[str]:
+    """The scheduler's policy and its busiest arms."""
+    lines: list[str] = []
     lines += ["", "## Scheduler", ""]
     sched = view.scheduler
     if sched is None:
@@ -189,7 +221,13 @@ def render_summary(view: CampaignView) -> str:
                               f"{a.mean:.3f}"] for a in arms])
             if len(sched.arms) > MAX_ARMS:
                 lines.append(f"\n({len(sched.arms) - MAX_ARMS} more arms, fewer pulls; all in report.html)")
+    return lines
 
+
+def _health_section(view: CampaignView) -> list[str]:
+    """Worker restarts, timeouts, segfaults and memory."""
+    lines: list[str] = []
+    health = view.health()
     lines += ["", "## Worker health", ""]
     rss = ("-" if health["rss_max_mb"] is None else
            f"first {health['rss_first_mb']:.0f} MB, last {health['rss_last_mb']:.0f} MB, max {health['rss_max_mb']:.0f} MB")
@@ -197,5 +235,4 @@ def render_summary(view: CampaignView) -> str:
               f"- **timeouts**: {health['timeouts']}",
               f"- **segfaults**: {health['segfaults']}",
               f"- **worker RSS**: {rss}"]
-    lines += ["", "Plots: [report.html](report.html).", ""]
-    return "\n".join(lines)
+    return lines
