@@ -28,25 +28,22 @@ import torch
 import z3
 
 from nnforge.core.dtypes import is_float, to_torch
+from nnforge.generator.numerics import REARRANGES, SUBSET, ops_where
+from nnforge.generator.value_facts import is_index_output
 
 __all__ = ["Step", "ChainCache", "lineages", "finite_somewhere", "root_grid", "enumerable", "chain_values", "image", "window_anchors"]
 
 # Families whose ops map element i of their (same-shaped) operands to element i of the result.
 POINTWISE_FAMILIES = frozenset({"elementwise", "comparison", "cast"})
-# Rearrangements whose result holds every element of their first operand, and only those.
-ELEMENT_PRESERVING = frozenset({
-    "contiguous", "reshape", "view", "flatten", "unflatten", "permute", "transpose", "t",
-    "movedim", "squeeze", "unsqueeze", "expand", "expand_as", "flip", "roll", "tile", "repeat",
-})
+# Rearrangements whose result holds every element of their first operand, and only those
+# (numerics.py: REARRANGES).
+ELEMENT_PRESERVING = ops_where(elements=REARRANGES)
 # Ops whose one result holds some elements of their first operand (and nothing else): each is
 # still f(x) at the root's value x, so a chain through them must stay finite at one x too.
 # (They make the chain's feasible set a bound that an all-finite run can keep to, though the
-# elements left out need not: stricter than necessary for those, never looser.)
-ELEMENT_SUBSET = frozenset({
-    "narrow", "slice", "select", "diagonal", "gather", "index_select", "take_along_dim", "amax_amin",
-    "max_min", "median", "kthvalue", "mode", "max_pool1d", "max_pool2d", "max_pool3d",
-    "adaptive_max_pool1d", "adaptive_max_pool2d",
-})
+# elements left out need not: stricter than necessary for those, never looser.) An op of these
+# whose one result is indices (argsort) picks no elements.
+ELEMENT_SUBSET = ops_where(elements=SUBSET)
 
 # One node as the check sees it: the op instance, its input ids and its output ids.
 Step = tuple[Any, Sequence[int], Sequence[int]]
@@ -86,7 +83,7 @@ def _picks_elements(op: Any) -> bool:
     name = getattr(op, "name", "")
     if name == "pad":  # reflect, replicate, circular: copies of the operand's elements
         return op.attrs.get("mode") in ("reflect", "replicate", "circular")
-    return name in ELEMENT_SUBSET
+    return name in ELEMENT_SUBSET and not is_index_output(op, 0)
 
 
 @lru_cache(maxsize=512)

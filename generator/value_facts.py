@@ -4,37 +4,67 @@ Value search can repair a program only if some finite inputs make every intermed
 vulnerable op whose operand facts leave no such value (acosh(tanh(x)), lgamma(argsort(x)), log of
 a training-mode batch_norm, rsqrt(x - x)) is non-finite whatever the inputs, so the generator asks
 `hopeless(...)` before inserting one and does not build it.
+
+What each operator does to values (its domain, range, monotone map, which elements it keeps) is
+its record in numerics.py; the rules here read it. `value_facts` asks the rules that hold across
+operators, then the operator's own (registered with `@_rule`, in the order they are asked), then
+the elementwise unary map.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from nnforge.core.dtypes import INT_DTYPE_RANGES, int_search_range, is_float
+from nnforge.generator.numerics import (
+    DIGAMMA_1, DOWN, HULL, NUMERICS, REARRANGES, SUBSET, UP, numerics, ops_where, present, safe_at,
+)
 from nnforge.generator.spec import OpSpec
 from nnforge.generator.specs.nn_arith import MAX_CHANNELS
 
 
+# The operator facts these rules read, each a view of the records in numerics.py (one home per
+# fact: adding an operator there is all most need).
 # Values fixed by the graph alone, whatever the inputs and weights (as long as they are finite,
 # which value search needs anyway): class tests, and ops applied to one value twice where the
 # result cancels (x - x, x % x, x ^ x, x != x). A vulnerable op fed only fixed values (or a
 # fixed divisor) is non-finite for every value or for none (rsqrt(isinf(x)), log(x - x)), so
 # no value search can repair it; the generator does not build it.
-_FIXED_RESULT = frozenset({"isinf", "isnan", "isposinf", "isneginf", "isfinite", "isreal"})
-_SELF_CANCELLING = frozenset({"sub", "fmod", "remainder", "bitwise_xor", "logical_xor",
-                              "eq", "ne", "gt", "ge", "lt", "le", "isclose"})
-_DIVISOR_AT = {"div": 1, "div_promote": 1, "div_rounding": 1, "fmod": 1, "remainder": 1, "addcdiv": 2}
-# What a self-cancelling op gives on one value twice (on finite values; x % x is NaN at 0 only).
-_SELF_CANCELLED_VALUE = {"sub": 0.0, "fmod": 0.0, "remainder": 0.0, "bitwise_xor": 0.0, "logical_xor": 0.0,
-                         "eq": 1.0, "ne": 0.0, "gt": 0.0, "ge": 1.0, "lt": 0.0, "le": 1.0, "isclose": 1.0}
+_CLASS_TEST_VALUE = {n: r.class_test for n, r in NUMERICS.items() if r.class_test is not None}
+_SELF_CANCELLED_VALUE = {n: r.self_value for n, r in NUMERICS.items() if r.self_value is not None}
+_DIVISOR_AT = {n: r.divisor_at for n, r in NUMERICS.items() if r.divisor_at is not None}
 # Ops that return one input's values unchanged (same shape, same order): the engine tracks such
-# aliases, so that fmod(x, positive(x)) cancels like fmod(x, x). Dropout specs are eval-mode only.
-# (nan_to_num too: value search makes every intermediate finite, where it changes nothing)
-_IDENTITY = frozenset({"positive", "contiguous", "dropout", "nan_to_num"})
-_SAME_OF_TWO = frozenset({"maximum", "minimum", "fmax", "fmin", "nextafter"})  # op(x, x) is x
-
+# aliases, so that fmod(x, positive(x)) cancels like fmod(x, x).
+_IDENTITY = ops_where(identity=True)
+_SAME_OF_TWO = ops_where(idempotent=True)  # op(x, x) is x
+_SELF_DIVIDING = ops_where(self_divides=True)  # x / x, x // x, trunc(x / x): 1 wherever finite
+# (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
+_ASYMPTOTES = {n: r.asymptotes for n, r in NUMERICS.items() if r.saturating}
+_STRICT = ops_where(strict=True)
+_RANGE = {n: r.range for n, r in NUMERICS.items() if r.range is not None}
+_HULL = ops_where(elements=HULL)
+_INDEX_AT_1 = ops_where(index_at=(1,))  # (argsort and argmax/argmin are the first and only)
+_KEEPS_CONTINUOUS = ops_where(keeps_continuous=True)
+_ELEMENTWISE_1 = frozenset(n for n, r in NUMERICS.items() if r.one_operand_elementwise)
+_DOMAIN = {n: r.domain for n, r in NUMERICS.items() if r.domain is not None}
+_POLE_AT_ZERO = ops_where(poles=present)  # 0 is a pole (and for lgamma/digamma every negative integer)
+_OVERFLOWS = ops_where(overflows=True)
+_ABSORBING = {n: r.absorbing for n, r in NUMERICS.items() if r.absorbing is not None}
+_PRODUCTS = ops_where(kind="product")  # zero if an operand is all zeros
+_POWERS = ops_where(kind="power")
+_SHRINKS = ops_where(kind="shrink")
+_BITWISE = ops_where(kind="bitwise")
+ELEMENTWISE_MIN = ops_where(extremum="min")
+ELEMENTWISE_MAX = ops_where(extremum="max")
+# Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
+# log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0;
+# and count_nonzero, which is then 0 or 1 (a reader that needs more grows the size too).
+SIZE_ONE_OPS = ops_where(along="size_one")
+# Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
+# logsumexp: at least lo + ln n over n elements, though over one it is x itself).
+SIZED_OPS = ops_where(along=present)
 
 # -- value facts ---------------------------------------------------------------------------
 # What the graph alone guarantees about a value, for every evaluation where everything is finite
@@ -52,7 +82,7 @@ class Facts:
     zero: bool = False  # holds a 0 in practice: indices, triangles
     centered: bool = False  # mean zero over some dims: holds a value <= 0 (or is all zeros)
     unit: bool = False  # standardised with a small eps: holds a value with |x| >= ~1
-    fixed: bool = False  # the same whatever the inputs (see _FIXED_RESULT)
+    fixed: bool = False  # the same whatever the inputs (see _CLASS_TEST_VALUE)
     # The bound is a limit, reached only where the op saturates (tanh(x) is 1 for x > ~9 in
     # float32): a domain that only this bound touches (acosh(tanh(x))) is out of reach in practice.
     lo_limit: bool = False
@@ -120,88 +150,7 @@ def dtype_facts(dtype: str) -> Facts:
     return Facts() if is_float(dtype) else Facts(integral=True)
 
 
-def _safe(f, x: float) -> float:
-    try:
-        return float(f(x))
-    except (OverflowError, ValueError):
-        return INF if x > 0 else -INF
-
-
-def _erfinv(x: float) -> float:
-    """The inverse of erf (by bisection; +-inf from +-1 on: where finite, |x| < 1)."""
-    if x <= -1 or x >= 1:
-        return math.copysign(INF, x)
-    if abs(x) < 1e-8:  # erf(y) is 2 y / sqrt(pi) near 0
-        return x * math.sqrt(math.pi) / 2
-    lo, hi = (0.0, 6.0) if x > 0 else (-6.0, 0.0)  # erf(6) is 1 in float64
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if math.erf(mid) < x else (lo, mid)
-    return (lo + hi) / 2
-
-
-def _sigmoid(x: float) -> float:
-    return 0.5 * (1.0 + math.tanh(x / 2))
-
-
-_INCREASING = {  # monotone non-decreasing unary ops (where finite)
-    "exp": math.exp, "exp2": lambda x: 2.0 ** x, "expm1": math.expm1, "tanh": math.tanh,
-    "sigmoid": _sigmoid, "erf": math.erf, "atan": math.atan, "asinh": math.asinh, "sinh": math.sinh,
-    "softsign": lambda x: math.copysign(1.0, x) if math.isinf(x) else x / (1 + abs(x)), "deg2rad": math.radians, "rad2deg": math.degrees,
-    "relu": lambda x: max(x, 0.0), "positive": lambda x: x, "floor": math.floor, "ceil": math.ceil,
-    "trunc": math.trunc, "sqrt": lambda x: math.sqrt(max(x, 0.0)), "asin": lambda x: math.asin(min(max(x, -1.0), 1.0)),
-    "log": lambda x: math.log(x) if x > 0 else -INF, "log2": lambda x: math.log2(x) if x > 0 else -INF,
-    "log10": lambda x: math.log10(x) if x > 0 else -INF, "log1p": lambda x: math.log1p(x) if x > -1 else -INF,
-    "logsigmoid": lambda x: -_safe(lambda y: math.log1p(math.exp(-y)), x),
-    "acosh": lambda x: math.acosh(max(x, 1.0)),  # where finite (x >= 1)
-    "atanh": lambda x: math.atanh(x) if -1 < x < 1 else math.copysign(INF, x),  # where finite (|x| < 1)
-    "erfinv": lambda x: _erfinv(x),
-    # steps: sgn of a uint8 is 0 or 1, not [-1, 1] (whose -1 would wrap to 255)
-    "sgn": lambda x: float((x > 0) - (x < 0)), "sign": lambda x: float((x > 0) - (x < 0)),
-}
-_DECREASING = {"neg": lambda x: -x, "erfc": math.erfc, "acos": lambda x: math.acos(min(max(x, -1.0), 1.0)),
-               # where finite (x > 0); an operand reaching 0 or below leaves no upper bound
-               "rsqrt": lambda x: 1.0 / math.sqrt(x) if x > 0 else INF}
-# Bounded results of unbounded operands that approach their bounds only asymptotically.
-# (exp tends to 0 too, but reaches it by underflow well within float range: sqrt(-exp(x)) is kept.)
-_SATURATING = frozenset({"tanh", "sigmoid", "erf", "erfc", "atan", "softsign", "logsigmoid"})
-# What each saturating op tends to at -inf and +inf: a result bound equal to one of these is met
-# only in saturation, however far the operand reaches (tanh of a uint8 is 1.0 only from ~9 on).
-_ASYMPTOTES = {"tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "erf": (-1.0, 1.0), "erfc": (2.0, 0.0),
-               "atan": (-math.pi / 2, math.pi / 2), "softsign": (-1.0, 1.0), "logsigmoid": (-INF, 0.0)}
-# Strictly increasing (or decreasing) and continuous: a limit of the operand maps to a limit.
-_STRICT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "erf", "atan", "asinh", "sinh", "softsign",
-                     "deg2rad", "rad2deg", "positive", "neg", "erfc", "log", "log2", "log10", "log1p",
-                     "logsigmoid", "rsqrt", "bitwise_not", "atanh", "erfinv"})
-_DIGAMMA_1 = -0.5772156649015329  # digamma(1); digamma increases on (0, inf)
-_SINC_MIN = -0.22  # sin(pi x) / (pi x) is -0.217234 at its least (x = +-1.4303); room for bfloat16 rounding
-_RANGE = {  # output bounds whatever the input
-    "sin": (-1, 1), "cos": (-1, 1), "sgn": (-1, 1), "sign": (-1, 1), "hardsigmoid": (0, 1), "relu6": (0, 6),
-    "softmax": (0, 1), "log_softmax": (-INF, 0), "logsigmoid": (-INF, 0), "acos": (0, math.pi),
-    "asin": (-math.pi / 2, math.pi / 2), "atan2": (-math.pi, math.pi), "cosh": (1, INF), "i0": (1, INF),
-    "softplus": (0, INF), "square": (0, INF), "frac": (-1, 1), "count_nonzero": (0, INF),
-    "sinc": (_SINC_MIN, 1),  # 1 at 0 only; the least value is near x = 1.43
-}
-_INTEGRAL_RESULT = frozenset({"floor", "ceil", "trunc", "sgn", "sign", "count_nonzero", "bitwise_not"})
-_KEEPS_INTEGRAL = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "hardtanh", "clamp"})
-# Same elements (maybe reordered, repeated or reshaped): every fact carries over.
-_REARRANGE = frozenset({"contiguous", "flip", "roll", "permute", "transpose", "t", "movedim", "reshape", "view",
-                        "flatten", "unflatten", "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "tile",
-                        "pixel_shuffle", "pixel_unshuffle", "dropout"})
-# Some of the elements: bounds carry over, "holds a ..." facts do not.
-_SUBSET = frozenset({"narrow", "slice", "select", "chunk", "split", "tensor_split", "unbind", "diagonal", "gather",
-                     "index_select", "take_along_dim", "max_min", "amax_amin", "aminmax", "median", "kthvalue",
-                     "mode", "sort", "topk", "cummax_cummin", "max_pool1d", "max_pool2d", "max_pool3d",
-                     "adaptive_max_pool1d", "adaptive_max_pool2d"})
-# Within the hull of the inputs (0 included, for padded averages).
-_HULL = frozenset({"cat", "stack", "mean", "avg_pool1d", "avg_pool2d",
-                   "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d"})
-# Second outputs that are indices (argsort and argmax/argmin are the first and only).
-_INDEX_AT_1 = frozenset({"sort", "topk", "max_min", "median", "kthvalue", "mode", "cummax_cummin", "max_pool1d",
-                         "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d"})
 _INDEX = Facts(0.0, INF, integral=True, zero=True)
-_CLASS_TEST_VALUE = {"isinf": 0.0, "isnan": 0.0, "isposinf": 0.0, "isneginf": 0.0, "isfinite": 1.0, "isreal": 1.0}
-
 
 def _standardised(op: OpSpec) -> tuple[bool, bool]:
     """(centered, unit) of a normalisation's output: mean zero (and unit variance when eps is
@@ -280,12 +229,6 @@ def _shrink_fn(op: OpSpec):
     return lambda x: x - lambd if x > lambd else x + lambd if x < -lambd else 0.0
 
 
-# Elementwise ops with f(0) = 0: a zero their operand holds survives them.
-_ZERO_AT_ZERO = frozenset({"relu", "relu6", "positive", "neg", "abs", "square", "sgn", "sign", "trunc", "round",
-                           "floor", "ceil", "sinh", "tanh", "sin", "tan", "atan", "asinh", "erf", "softsign",
-                           "deg2rad", "rad2deg", "sqrt", "expm1", "hardswish", "silu", "gelu", "mish", "elu", "selu",
-                           "celu", "leaky_relu", "rrelu", "softshrink", "hardshrink", "tanhshrink", "atanh", "erfinv",
-                           "contiguous", "dropout"})
 
 
 def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
@@ -293,66 +236,23 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     name, a = op.name, op.attrs
     if name == "softplus" and not (_number(a.get("beta"), 1.0) > 0 and _number(a.get("threshold"), 20.0) >= 0):
         return None  # its linear branch returns x itself where beta * x > threshold: x < 0 too
-    fn = _INCREASING.get(name)
-    dec = _DECREASING.get(name) or (_bitwise_not_fn(op) if name == "bitwise_not" else None)
-    if name == "hardtanh":
-        fn = _clamp_fn(_number(a.get("min_val"), -1.0), _number(a.get("max_val"), 1.0))
-    elif name == "clamp":
-        fn = _clamp_fn(_number(a.get("min"), -INF), _number(a.get("max"), INF))
-    elif name == "round" and a.get("decimals") in (None, 0):
-        fn = round
-    elif name == "round" and isinstance(a.get("decimals"), int):
-        fn = _round_fn(a["decimals"])
-    elif name == "rrelu":  # eval mode: a leaky relu with the mean slope
-        slope = (_number(a.get("lower"), 1 / 8) + _number(a.get("upper"), 1 / 3)) / 2
-        fn = (lambda x: x if x >= 0 else slope * x) if slope >= 0 else None
-    elif name in _SHRINKS:
-        fn = _shrink_fn(op)
-    elif name == "leaky_relu":
-        slope = _number(a.get("negative_slope"), 0.01)
-        fn = (lambda x: x if x >= 0 else slope * x if slope else 0.0) if slope >= 0 else None  # non-decreasing
-    lo_limit = hi_limit = False
-    if fn is not None:
-        lo, hi = _safe(fn, f.lo), _safe(fn, f.hi)
-        # floor(0 + tiny) is 0, attained; floor(1 - tiny) is 0 too: 1 stays out of reach (ceil mirrors)
-        lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc", "sgn", "sign")
-        hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc", "sgn", "sign")
-        if name in _SHRINKS:  # a limit survives outside the dead zone only: values near it become 0
-            lambd = _number(a.get("lambd"), 0.5)
-            lo_limit, hi_limit = f.lo_limit and abs(f.lo) > lambd, f.hi_limit and abs(f.hi) > lambd
-    elif dec is not None:
-        lo, hi = _safe(dec, f.hi), _safe(dec, f.lo)
-        lo_limit = _limit(name, f.hi, f.hi_limit, lo, INF)
-        hi_limit = _limit(name, f.lo, f.lo_limit, hi, -INF)
-    elif name == "digamma" and f.lo >= 0 and f.hi <= 1:  # softmax, sigmoid: digamma below digamma(1)
-        lo, hi = -INF, _DIGAMMA_1
-    elif name == "abs":
-        lo, hi = _abs_bounds(f)
-    elif name == "threshold":
-        th, val = _number(a["threshold"], math.nan), _number(a["value"], math.nan)
-        if math.isnan(th) or math.isnan(val):
-            return None
-        if f.lo > th:
-            lo, hi = f.lo, f.hi
-        elif f.hi > th:
-            lo, hi = min(val, th), max(val, f.hi)
-        else:
-            lo = hi = val
-    elif name in _RANGE:
-        lo, hi = _RANGE[name]
-    else:
+    fn, dec = _monotone_maps(op)
+    bounds = _unary_bounds(op, f, fn, dec)
+    if bounds is None:
         return None
+    lo, hi, lo_limit, hi_limit = bounds
     if name in _RANGE:
         lo2, hi2 = max(lo, _RANGE[name][0]), min(hi, _RANGE[name][1])
         lo_limit, hi_limit = lo_limit and lo2 == lo, hi_limit and hi2 == hi
         lo, hi = lo2, hi2
-    integral = name in _INTEGRAL_RESULT or (name == "round" and (a.get("decimals") or 0) <= 0) or (f.integral and name in _KEEPS_INTEGRAL)
-    keeps_zero = f.zero and name in _ZERO_AT_ZERO
+    r = numerics(name)
+    rounds = name == "round" and (a.get("decimals") or 0) <= 0
+    integral = r.integral_result or rounds or (f.integral and r.keeps_integral)
     symmetric = name in ("neg", "positive")  # a standardised value stays standardised
     # an element <= f.at_most stays <= fn(f.at_most) through a non-decreasing op
-    at_most = _safe(fn, f.at_most) if fn is not None and f.at_most is not None else None
-    out = Facts(float(lo), float(hi), integral=integral, zero=keeps_zero, lo_limit=lo_limit, hi_limit=hi_limit,
-                centered=symmetric and f.centered, unit=symmetric and f.unit,
+    at_most = safe_at(fn, f.at_most) if fn is not None and f.at_most is not None else None
+    out = Facts(float(lo), float(hi), integral=integral, zero=f.zero and r.zero_at_zero, lo_limit=lo_limit,
+                hi_limit=hi_limit, centered=symmetric and f.centered, unit=symmetric and f.unit,
                 at_most=at_most if at_most is not None and math.isfinite(at_most) else None)
     mapped = _mapped_values(name, fn or dec, f)
     if mapped is not None:
@@ -361,27 +261,88 @@ def _unary_facts(op: OpSpec, f: Facts) -> Facts | None:
     return out
 
 
-# Elementwise ops whose value on a known point is worth computing (besides the monotone ones).
-_POINTWISE = {
-    "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "sgn": lambda x: float((x > 0) - (x < 0)),
-    "sin": math.sin, "cos": math.cos, "cosh": math.cosh, "i0": lambda x: _i0(x),
-    "square": lambda x: x * x, "frac": lambda x: x - math.trunc(x),
-    "sinc": lambda x: 1.0 if x == 0 else math.sin(math.pi * x) / (math.pi * x),
+def _monotone_maps(op: OpSpec) -> tuple[Any, Any]:
+    """(non-decreasing map, non-increasing map) of a unary op on one float, either or both None:
+    the record's, or one its attributes decide (a clamp's bounds, a leaky relu's slope)."""
+    if op.name in _MAP_OF_ATTRS:
+        return _MAP_OF_ATTRS[op.name](op), None
+    if op.name == "bitwise_not":
+        return None, _bitwise_not_fn(op)
+    r = numerics(op.name)
+    return (r.fn if r.monotone == UP else None), (r.fn if r.monotone == DOWN else None)
+
+
+def _round_map(op: OpSpec):
+    d = op.attrs.get("decimals")
+    if d in (None, 0):
+        return round
+    return _round_fn(d) if isinstance(d, int) else None
+
+
+def _rrelu_map(op: OpSpec):
+    """Eval mode: a leaky relu with the mean slope."""
+    slope = (_number(op.attrs.get("lower"), 1 / 8) + _number(op.attrs.get("upper"), 1 / 3)) / 2
+    return (lambda x: x if x >= 0 else slope * x) if slope >= 0 else None
+
+
+def _leaky_relu_map(op: OpSpec):
+    slope = _number(op.attrs.get("negative_slope"), 0.01)
+    return (lambda x: x if x >= 0 else slope * x if slope else 0.0) if slope >= 0 else None  # non-decreasing
+
+
+# Non-decreasing maps that an op's attributes decide.
+_MAP_OF_ATTRS = {
+    "hardtanh": lambda op: _clamp_fn(_number(op.attrs.get("min_val"), -1.0), _number(op.attrs.get("max_val"), 1.0)),
+    "clamp": lambda op: _clamp_fn(_number(op.attrs.get("min"), -INF), _number(op.attrs.get("max"), INF)),
+    "round": _round_map, "rrelu": _rrelu_map, "leaky_relu": _leaky_relu_map,
+    **dict.fromkeys(_SHRINKS, _shrink_fn),
 }
+
+
+def _unary_bounds(op: OpSpec, f: Facts, fn: Any, dec: Any) -> tuple[float, float, bool, bool] | None:
+    """(lo, hi, lo is a limit, hi is a limit) of a unary result on an operand with facts `f`."""
+    name = op.name
+    if fn is not None:
+        return _increasing_bounds(op, f, fn)
+    if dec is not None:
+        lo, hi = safe_at(dec, f.hi), safe_at(dec, f.lo)
+        return lo, hi, _limit(name, f.hi, f.hi_limit, lo, INF), _limit(name, f.lo, f.lo_limit, hi, -INF)
+    if name == "digamma" and f.lo >= 0 and f.hi <= 1:  # softmax, sigmoid: digamma below digamma(1)
+        return -INF, DIGAMMA_1, False, False
+    if name == "abs":
+        return (*_abs_bounds(f), False, False)
+    if name == "threshold":
+        return _threshold_bounds(op, f)
+    if name in _RANGE:
+        return (*_RANGE[name], False, False)
+    return None
+
+
+def _increasing_bounds(op: OpSpec, f: Facts, fn: Any) -> tuple[float, float, bool, bool]:
+    name = op.name
+    lo, hi = safe_at(fn, f.lo), safe_at(fn, f.hi)
+    if name in _SHRINKS:  # a limit survives outside the dead zone only: values near it become 0
+        lambd = _number(op.attrs.get("lambd"), 0.5)
+        return lo, hi, f.lo_limit and abs(f.lo) > lambd, f.hi_limit and abs(f.hi) > lambd
+    # floor(0 + tiny) is 0, attained; floor(1 - tiny) is 0 too: 1 stays out of reach (ceil mirrors)
+    lo_limit = _limit(name, f.lo, f.lo_limit, lo, -INF) and name not in ("floor", "round", "trunc", "sgn", "sign")
+    hi_limit = _limit(name, f.hi, f.hi_limit, hi, INF) and name not in ("ceil", "round", "trunc", "sgn", "sign")
+    return lo, hi, lo_limit, hi_limit
+
+
+def _threshold_bounds(op: OpSpec, f: Facts) -> tuple[float, float, bool, bool] | None:
+    """threshold(x, th, value): x where x > th, else value."""
+    th, val = _number(op.attrs["threshold"], math.nan), _number(op.attrs["value"], math.nan)
+    if math.isnan(th) or math.isnan(val):
+        return None
+    if f.lo > th:
+        return f.lo, f.hi, False, False
+    if f.hi > th:
+        return min(val, th), max(val, f.hi), False, False
+    return val, val, False, False
+
+
 _MAX_VALUES = 7  # relu6 of an integer: 0..6
-
-
-def _i0(x: float) -> float:
-    """The modified Bessel function I0 (its power series; inf where it overflows)."""
-    if abs(x) > 700:
-        return INF
-    term = total = 1.0
-    k = 0
-    while term > 1e-17 * total:
-        k += 1
-        term *= (x / 2) ** 2 / (k * k)
-        total += term
-    return total
 
 
 def value_set(f: Facts) -> tuple[float, ...] | None:
@@ -397,7 +358,7 @@ def _mapped_values(name: str, fn: Any, f: Facts) -> tuple[float, ...] | None:
     """The operand's value set through elementwise op `name` (values where it is non-finite
     dropped: value search needs it finite anyway); None when unknown."""
     points = value_set(f)
-    fn = fn or _POINTWISE.get(name)
+    fn = fn or numerics(name).fn
     if points is None and f.integral and name in _DOMAIN:  # the few integers inside the domain: acos(int)
         lo, hi = max(f.lo, _ceil(_DOMAIN[name][0])), min(f.hi, _floor(_DOMAIN[name][1]))
         if math.isfinite(lo) and math.isfinite(hi) and hi - lo < _MAX_VALUES:
@@ -421,7 +382,7 @@ def _limit(name: str, bound: float, was_limit: bool, result: float, infinite: fl
     if not math.isfinite(result):
         return False
     if bound == infinite or result in _ASYMPTOTES.get(name, ()):
-        return name in _SATURATING
+        return numerics(name).saturating
     return was_limit and (name in _STRICT or result == bound)
 
 
@@ -528,13 +489,6 @@ def _sum_facts(f: Facts) -> Facts:
     return Facts(0.0 if f.lo >= 0 else -INF, 0.0 if f.hi <= 0 else INF, f.integral)
 
 
-_PRODUCTS = frozenset({"mul", "mul_promote", "mm", "bmm", "matmul", "einsum", "linear"})  # zero if an operand is all zeros
-
-
-ELEMENTWISE_MIN = frozenset({"minimum", "minimum_promote", "fmin"})
-ELEMENTWISE_MAX = frozenset({"maximum", "maximum_promote", "fmax"})
-
-
 def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
     """x >> k is floor(x / 2 ** k): by a scalar k, the bounds shifted; by a tensor (wrapped into
     [0, bits)), anywhere from x itself to 0 (or -1 for negative x)."""
@@ -542,16 +496,6 @@ def _right_shift_facts(op: OpSpec, f: Facts) -> Facts:
     if not math.isnan(k) and k >= 0:
         return Facts(_floor(f.lo / 2 ** k), _floor(f.hi / 2 ** k), integral=True)
     return Facts(f.lo if f.lo < 0 else 0.0, f.hi if f.hi >= 0 else -1.0, integral=True)
-
-
-# Bitwise ops with a scalar that decides every bit of the result.
-_ABSORBING = {"bitwise_or": -1.0, "bitwise_and": 0.0}
-
-
-# Unary ops that are <= 0 wherever their operand is (a value <= 0 held stays one).
-_SIGN_KEEPING = frozenset({"relu", "relu6", "mish", "silu", "gelu", "hardswish", "softsign", "tanh", "sinh", "asinh",
-                           "atan", "erf", "expm1", "positive", "trunc", "floor", "round", "sgn", "sign", "deg2rad",
-                           "rad2deg", "tanhshrink", "hardshrink", "softshrink", "selu"})
 
 
 def _holds_nonpositive(g: Facts) -> bool:
@@ -620,21 +564,14 @@ def _wrapped(d: Any, rank: int) -> int | None:
     return d + max(rank, 1) if d < 0 else d
 
 
-def _is_index_output(op: OpSpec, pos: int) -> bool:
+def is_index_output(op: OpSpec, pos: int) -> bool:
+    """Whether output `pos` of `op` holds indices (argsort, argmax, the second result of sort or max)."""
     name = op.name
     return (pos == 1 and name in _INDEX_AT_1) or name == "argmax_argmin" or (
         name == "sort" and op.attrs.get("fn") == "argsort")
 
 
 # -- facts known once shapes are solved ------------------------------------------------------
-# Ops along a dim (or dims) whose result is a constant when that dim has size 1: softmax is 1,
-# log_softmax 0, and every index (argsort, argmax, the indices of max/median/sort/topk) is 0;
-# and count_nonzero, which is then 0 or 1 (a reader that needs more grows the size too).
-SIZE_ONE_OPS = frozenset({"softmax", "log_softmax", "sort", "argmax_argmin", "max_min", "median", "mode",
-                          "kthvalue", "topk", "cummax_cummin", "std_var", "layer_norm", "count_nonzero"})
-# Ops along a dim whose facts the number of elements along it sharpens (SIZE_ONE_OPS, and
-# logsumexp: at least lo + ln n over n elements, though over one it is x itself).
-SIZED_OPS = SIZE_ONE_OPS | {"logsumexp", "normalize"}
 
 
 @dataclass(frozen=True)
@@ -684,7 +621,7 @@ def _size_one_facts(op: OpSpec, pos: int, concrete: Concrete, ins: list[Facts]) 
         return _sized_facts(op, pos, n, ins)
     if op.name == "softmax":
         return Facts(1.0, 1.0, integral=True, fixed=True)
-    if op.name == "log_softmax" or _is_index_output(op, pos):
+    if op.name == "log_softmax" or is_index_output(op, pos):
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
     if op.name == "std_var" and pos == 0:  # the spread of one element (the spec keeps correction 0 there)
         return Facts(0.0, 0.0, integral=True, zero=True, fixed=True)
@@ -766,7 +703,7 @@ def _sized_facts(op: OpSpec, pos: int, n: int, ins: list[Facts] = ()) -> Facts |
     if _is_permutation(op, pos):
         values = tuple(float(v) for v in range(n)) if n <= _MAX_VALUES else None
         return Facts(0.0, float(n - 1), integral=True, zero=True, holds=float(n - 1), values=values)
-    if _is_index_output(op, pos):
+    if is_index_output(op, pos):
         return Facts(0.0, float(n - 1), integral=True, zero=True)
     return None
 
@@ -790,197 +727,470 @@ def value_facts(op: OpSpec, ins: list[Facts], out_dtypes: list[str], fixed: bool
     `same_operands`: the two operands are one value (see `same_values_as`). `concrete`: the
     solved shapes and attributes, which make a few more results constant (`SIZE_ONE_OPS`).
     """
-    name = op.name
     outs: list[Facts] = []
     for pos, dt in enumerate(out_dtypes):
-        base = dtype_facts(dt)
-        f: Facts | None = _size_one_facts(op, pos, concrete, ins) if concrete is not None else None
-        constant = f is not None and f.fixed  # fixed whatever the inputs, though they are not
-        if f is not None:
-            pass
-        elif same_operands and _self_cancels(op):
-            v = _SELF_CANCELLED_VALUE[name]
-            f = Facts(v, v, integral=True, zero=v == 0)
-        elif same_operands and _self_divides(op):
-            f = Facts(1.0, 1.0, integral=True, values=(1.0,))  # x / x: 1 wherever finite (NaN at 0)
-        elif name == "frac" and ins and ins[0].integral:
-            f = Facts(0.0, 0.0, integral=True, zero=True)  # x - trunc(x) of a whole number
-        elif _is_index_output(op, pos):
-            f = _INDEX
-        elif name == "signbit" and ins and (ins[0].lo > 0 or ins[0].hi < 0):  # (-0.0 has it set: no 0 here)
-            v = float(ins[0].hi < 0)
-            f = Facts(v, v, integral=True, zero=v == 0)
-        elif name in _CLASS_TEST_VALUE:  # on finite values (all value search accepts)
-            v = _CLASS_TEST_VALUE[name]
-            f = Facts(v, v, integral=True, zero=v == 0)
-        elif not ins:
-            f = None
-        elif name.startswith("to_") or name == "type_as":
-            f = ins[0] if is_float(dt) else None if dt == "bool" else _cast_to_int_facts(ins[0], dt)
-        elif name in _REARRANGE or name == "nan_to_num":
-            f = ins[0]
-        elif name in _SUBSET:
-            f = _subset_facts(op, pos, ins[0])
-        elif name == "atan2" and len(ins) == 2:
-            f = _atan2_of_itself(ins[0]) if same_operands else _atan2_facts(*ins)
-        elif name == "heaviside" and len(ins) == 2:
-            f = _heaviside_facts(*ins)
-        elif name in ("addcmul", "addcdiv") and _number(op.attrs.get("value"), 1.0) == 0:
-            f = ins[0]  # x + 0 * (t1 * t2): x wherever finite
-        elif name == "addcmul" and len(ins) == 3:
-            f = _addcmul_facts(op, ins, same_operands, dt)
-        elif name == "pairwise_distance":
-            eps = _number(op.attrs.get("eps"), 1e-6)
-            f = Facts(0.0, 0.0, integral=True, zero=True) if same_operands and eps == 0 else Facts(0.0, INF)
-        elif name == "std_var" and pos == 0 and ins[0].lo == ins[0].hi:
-            f = Facts(0.0, 0.0, integral=True, zero=True)  # the spread of one repeated value
-        elif name == "std_var" and pos == 0:
-            f = Facts(0.0, INF)
-        elif name in _SAME_OF_TWO and same_operands:
-            f = ins[0]  # min(x, x) is x, and so is nextafter(x, x)
-        elif name in ("addmm", "baddbmm") and _number(op.attrs.get("alpha"), 1.0) == 0:
-            beta = _number(op.attrs.get("beta"), 1.0)  # beta * input + 0 * (m1 @ m2); beta 0 ignores the input
-            f = Facts(0.0, 0.0, integral=True, zero=True) if beta == 0 else _scalar_facts(_ScalarOp("mul", {"scalar": beta}), ins[0])
-        elif name in ("lp_pool1d", "lp_pool2d") and ins and ins[0].lo >= 0:
-            f = Facts(ins[0].lo, INF)  # (sum x ** p) ** (1 / p) is at least the window's largest x
-        elif name in ELEMENTWISE_MIN or name in ELEMENTWISE_MAX:  # elementwise min/max: tighter than the hull
-            f = _min_max_facts(name in ELEMENTWISE_MIN, ins)
-        elif name == "gcd" and len(ins) == 2 and min(ins[0].lo, ins[1].lo) > _INT_RANGES.get(dt, (-INF,))[0]:
-            m = max(abs(ins[0].lo), abs(ins[0].hi), abs(ins[1].lo), abs(ins[1].hi))
-            f = Facts(0.0, m, integral=True)  # never negative (but gcd(-128, 0) is -128 in int8)
-        elif name == "bitwise_right_shift":
-            f = _right_shift_facts(op, ins[0])
-        elif name.startswith("avg_pool") and op.attrs.get("divisor_override") is not None:
-            f = _sum_facts(ins[0])  # a window sum divided by a fixed number (1, say): the sign is all that is left
-        elif name == "where" and ins and ins[0].lo == ins[0].hi and ins[0].lo in (0.0, 1.0):
-            f = _where_branch(op, ins, taken=ins[0].lo == 1.0)
-        elif name == "vector_norm":
-            f = _norm_facts(op.attrs.get("ord"), ins[0])
-        elif name == "interpolate" and op.attrs.get("mode") != "bicubic":  # weights >= 0 that sum to 1
-            f = _hull(ins[:1], averaged=not str(op.attrs.get("mode")).startswith("nearest"))
-        elif name in _HULL:
-            f = _hull(ins, with_zero=name.startswith("avg_pool"), averaged=name not in ("cat", "stack"))
-            if name in ("cat", "stack"):
-                f = Facts(f.lo, f.hi, f.integral, zero=any(g.zero for g in ins),
-                          centered=any(g.centered for g in ins), unit=any(g.unit for g in ins))
-        elif name in _PRODUCTS and any(g.lo == g.hi == 0 for g in ins) and not (name == "linear" and len(ins) > 2):
-            f = Facts(0.0, 0.0, integral=True)
-        elif len(ins) == 1 and name in _ABSORBING and _number(op.attrs.get("scalar"), math.nan) == _ABSORBING[name]:
-            v = _ABSORBING[name]  # x | -1 is -1, x & 0 is 0, whatever x
-            f = Facts(v, v, integral=True, zero=v == 0)
-        elif len(ins) == 1 and "scalar" in op.attrs and name in ("mul", "div", "div_promote", "fmod", "remainder", "xlogy"):
-            f = _scalar_facts(op, ins[0])
-            if f is not None and name in ("fmod", "remainder") and ins[0].zero and op.attrs.get("form") != "rop":
-                f = replace(f, zero=True)  # 0 % s is 0
-        elif len(ins) == 2 and name in ("fmod", "remainder"):
-            f = _modulo_facts(name, *ins)
-        elif name in _BITWISE and dt in _INT_RANGES and (len(ins) == 2 or "scalar" in op.attrs):
-            f = _bitwise_facts(op, ins)
-        elif name == "float_scalar_promote" and op.attrs.get("op") in _PROMOTED_AS:
-            f = _scalar_facts(_ScalarOp(_PROMOTED_AS[op.attrs["op"]], {
-                "scalar": op.attrs.get("scalar"), "form": "rop" if op.attrs.get("reflected") else None}), ins[0])
-        elif name in ("sum", "nansum", "cumsum_cumprod") and op.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum"):
-            f = _sum_facts(ins[0])
-        elif name == "prod" or (name == "cumsum_cumprod" and op.attrs.get("fn") == "cumprod"):
-            f = _product_facts(ins[0], dt)
-        elif name in ("logaddexp", "logaddexp2") and len(ins) == 2:  # between max(a, b) and that + ln 2 (+ 1)
-            top = max(ins[0].hi, ins[1].hi) + (math.log(2.0) if name == "logaddexp" else 1.0)
-            f = Facts(max(ins[0].lo, ins[1].lo), top + 1e-3 * abs(top) if math.isfinite(top) else INF)
-        elif name == "logcumsumexp":  # at least each running maximum; the first equals its element
-            g = ins[0]
-            f = Facts(g.lo, INF, at_most=g.hi if math.isfinite(g.hi) else None)
-        elif name == "logsumexp":
-            g = ins[0]  # at least the greatest element (at least lo + ln n over n elements, see _sized_facts)
-            f = Facts(g.lo, INF) if g.lo > -INF else None
-        elif name == "pad":
-            g = ins[0]
-            if op.attrs.get("mode") == "constant":
-                v = _number(op.attrs.get("value"), 0.0)
-                f = None if math.isnan(v) else Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer(),
-                                                     holds=v if _pads_something(op, concrete) else None)
-            else:  # reflect, replicate, circular: copies of the operand's own elements, all of them kept
-                f = g
-        elif name == "tril_triu":
-            g = ins[0]
-            f = Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=triangle_drops(op, concrete))
-        elif name == "normalize":
-            f = _normalize_facts(op, ins[0])
-        elif name == "local_response_norm":
-            f = _lrn_facts(op, ins[0], dt)
-        elif name in ("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm"):
-            centered, unit = _standardised(op)
-            f = Facts(centered=centered, unit=unit)
-        elif len(ins) == 1 and "scalar" in op.attrs and name in ("add", "sub", "rsub"):
-            f = _shift_facts(op, ins[0], dt)
-        elif len(ins) == 2 and name in ("add", "sub"):
-            f = _sum_of_two(op, ins, dt)
-        elif name == "copysign" and _sign_of_copysign(op, ins) is not None:
-            f = _copysign_facts(ins[0], _sign_of_copysign(op, ins))  # (the scalar form is copysign(x, s) only)
-        elif name == "copysign" and len(ins) == 2 and value_set(ins[0]) is not None:
-            mags = {abs(v) for v in value_set(ins[0])}  # |x| with y's sign, which the graph leaves open
-            points = tuple(sorted(mags | {-m for m in mags}))
-            f = Facts(min(points), max(points), integral=ins[0].integral, values=points) if len(points) <= _MAX_VALUES else None
-        elif name == "xlogy" and _xlogy_of_bits(ins):
-            f = Facts(0.0, 0.0, integral=True, zero=True)
-        elif name in _SHRINKS and _shrunk_away(op, ins):
-            f = Facts(0.0, 0.0, integral=True, zero=True)
-        elif name in _POWERS and _zero_base_power(op, ins):
-            f = Facts(0.0, 0.0, integral=True, zero=True)
-        elif len(ins) == 1 and "scalar" in op.attrs and name in _POWERS:
-            f = _scalar_power_facts(op, ins[0], dt)
-        elif len(ins) == 1 and "scalar" in op.attrs and name == "div_rounding":
-            f = _floor_div_facts(op, ins[0])
-        elif len(ins) == 2 and name == "div_rounding":
-            f = Facts(integral=True)  # a rounded quotient: a whole number wherever finite
-        elif len(ins) == 2 and name in ("mul", "mul_promote"):
-            lo, hi = _product_bounds(ins[0], ins[1], same_operands)
-            f = Facts(lo, hi, integral=ins[0].integral and ins[1].integral, zero=ins[0].zero or ins[1].zero)
-            if dt in _INT_RANGES and not (math.isfinite(lo) and math.isfinite(hi)):
-                f = None  # an unbounded integer product may wrap around: only the dtype is known
-        elif name == "logit" and len(ins) == 1 and _logit_facts(op) is not None:
-            f = _logit_facts(op)
-        elif name == "square" and dt in _INT_RANGES and not _fits_square(ins[0], dt):
-            f = None  # an integer square beyond the dtype wraps around (int8 16 * 16 is 0)
-        elif len(ins) == 1 or name in ("hardtanh", "clamp", "threshold"):
-            f = _unary_facts(op, ins[0])
-            if f is not None and name == "log_softmax":
-                f = replace(f, negative=True)
-        f = base if f is None else f
-        if len(ins) == 1 and ins[0].zero and name in _ZERO_AT_ZERO and not f.zero:  # tril(x) -> hardswish
-            f = replace(f, zero=True)
-        if len(ins) == 1 and name in _SIGN_KEEPING and not f.nonpos and _holds_nonpositive(ins[0]):
-            f = replace(f, nonpos=True)  # log(mish(instance_norm(x))): mish is <= 0 where x is
-        rng = _INT_RANGES.get(dt)
-        wraps = rng is not None and (rng[0] > f.lo > -INF or INF > f.hi > rng[1] or (rng[0] == 0 and f.lo < 0))
-        if wraps and not name.startswith("to_"):
-            f = base  # an integer result beyond its dtype wraps around (neg of a uint8): nothing known
-        elif f.lo < base.lo or f.hi > base.hi:  # dtype bounds are tighter (a cast, a bool result)
-            f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
-                      f.fixed)
-        if f.lo > f.hi or math.isnan(f.lo) or math.isnan(f.hi):  # wrong somewhere (contradiction, inf/inf): know nothing
-            f = base
-        if fixed != f.fixed and not constant:
-            f = replace(f, integral=f.integral or base.integral, fixed=fixed)
-        elif base.integral and not f.integral:
-            f = replace(f, integral=True)
-        if pos == 0 and len(out_dtypes) == 1 and len(ins) == 1 and _elementwise(op):
-            f = _through_points(op, ins[0], f, dt)
-        if f.lo == f.hi and math.isfinite(f.lo) and not f.fixed:  # one value wherever finite: a constant
-            f = replace(f, fixed=True)
-        continuous = is_float(dt) and _keeps_continuous(op, ins) and not f.fixed
-        if f.continuous != continuous:
-            f = replace(f, continuous=continuous)
-        outs.append(f)
+        c = _Out(op, pos, ins, dt, len(out_dtypes), same_operands, concrete)
+        sized = _size_one_facts(op, pos, concrete, ins) if concrete is not None else None
+        f = sized if sized is not None else _derived(c)
+        outs.append(_finished(c, f, fixed, constant=sized is not None and sized.fixed))
     return outs
 
 
-# Elementwise ops of one tensor operand (their scalar forms included): a value the operand holds,
-# or each of the few it takes, maps to a point of the result (see `_through_points`).
-_ELEMENTWISE_1 = (frozenset(_INCREASING) | frozenset(_DECREASING) | frozenset(_POINTWISE) | _ZERO_AT_ZERO
-                  | {"hardtanh", "clamp", "threshold", "round", "logit", "hardsigmoid", "relu6", "bitwise_not",
-                     "add", "sub", "rsub", "mul", "div", "div_promote", "div_rounding", "fmod", "remainder",
-                     "pow", "float_power", "float_scalar_promote", "bitwise_and", "bitwise_or", "bitwise_xor",
-                     "xlogy", "rrelu", "leaky_relu"})
+@dataclass(frozen=True)
+class _Out:
+    """One output of an op instance, as a facts rule sees it."""
+
+    op: OpSpec
+    pos: int
+    ins: list[Facts]
+    dt: str  # its dtype
+    n_out: int
+    same: bool  # the two operands are one value
+    concrete: Concrete | None
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        return self.op.attrs
+
+
+# A rule gives the facts of one output (None: nothing known), or _PASS where it does not apply,
+# and the next rule registered for the op is asked. Rules are registered in the order they are
+# asked; what no rule answers, an op of one operand gets from `_unary_facts`.
+_PASS = object()
+Rule = Callable[[_Out], Any]
+_RULES: dict[str, list[Rule]] = {}
+
+
+def _rule(*names: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for n in names:
+            _RULES.setdefault(n, []).append(fn)
+        return fn
+
+    return register
+
+
+def _derived(c: _Out) -> Facts | None:
+    """What the rules make of one output: the general ones first (read from the numerics
+    records), then the op's own, then the elementwise unary map."""
+    f = _general(c)
+    if f is not _PASS:
+        return f
+    for rule in _RULES.get(c.name, ()):
+        f = rule(c)
+        if f is not _PASS:
+            return f
+    return _unary_facts(c.op, c.ins[0]) if len(c.ins) == 1 else None
+
+
+def _general(c: _Out) -> Any:
+    """Rules that hold across ops: x - x, x / x, indices, class tests, casts, the elements an
+    op keeps."""
+    op, ins, r = c.op, c.ins, numerics(c.name)
+    if c.same and _self_cancels(op):
+        v = r.self_value
+        return Facts(v, v, integral=True, zero=v == 0)
+    if c.same and _self_divides(op):
+        return Facts(1.0, 1.0, integral=True, values=(1.0,))  # x / x: 1 wherever finite (NaN at 0)
+    if is_index_output(op, c.pos):
+        return _INDEX
+    if r.class_test is not None:  # on finite values (all value search accepts)
+        v = r.class_test
+        return Facts(v, v, integral=True, zero=v == 0)
+    if not ins:
+        return None
+    if c.name.startswith("to_") or c.name == "type_as":
+        return ins[0] if is_float(c.dt) else None if c.dt == "bool" else _cast_to_int_facts(ins[0], c.dt)
+    if r.elements == REARRANGES:
+        return ins[0]
+    if r.elements == SUBSET:
+        return _subset_facts(op, c.pos, ins[0])
+    return _PASS
+
+
+@_rule("frac")
+def _frac_of_whole(c: _Out) -> Any:
+    return Facts(0.0, 0.0, integral=True, zero=True) if c.ins and c.ins[0].integral else _PASS  # x - trunc(x)
+
+
+@_rule("signbit")
+def _signbit(c: _Out) -> Any:
+    g = c.ins[0] if c.ins else None
+    if g is None or not (g.lo > 0 or g.hi < 0):  # (-0.0 has it set: no 0 here)
+        return _PASS
+    v = float(g.hi < 0)
+    return Facts(v, v, integral=True, zero=v == 0)
+
+
+@_rule("nan_to_num")
+def _unchanged(c: _Out) -> Any:
+    return c.ins[0]  # (value search makes every intermediate finite, where it changes nothing)
+
+
+@_rule("atan2")
+def _atan2(c: _Out) -> Any:
+    if len(c.ins) != 2:
+        return _PASS
+    return _atan2_of_itself(c.ins[0]) if c.same else _atan2_facts(*c.ins)
+
+
+@_rule("heaviside")
+def _heaviside(c: _Out) -> Any:
+    return _heaviside_facts(*c.ins) if len(c.ins) == 2 else _PASS
+
+
+@_rule("addcmul", "addcdiv")
+def _add_nothing(c: _Out) -> Any:
+    return c.ins[0] if _number(c.attrs.get("value"), 1.0) == 0 else _PASS  # x + 0 * (t1 * t2): x wherever finite
+
+
+@_rule("addcmul")
+def _addcmul(c: _Out) -> Any:
+    return _addcmul_facts(c.op, c.ins, c.same, c.dt) if len(c.ins) == 3 else _PASS
+
+
+@_rule("pairwise_distance")
+def _pairwise_distance(c: _Out) -> Any:
+    eps = _number(c.attrs.get("eps"), 1e-6)
+    return Facts(0.0, 0.0, integral=True, zero=True) if c.same and eps == 0 else Facts(0.0, INF)
+
+
+@_rule("std_var")
+def _spread(c: _Out) -> Any:
+    if c.pos != 0:
+        return _PASS
+    if c.ins[0].lo == c.ins[0].hi:
+        return Facts(0.0, 0.0, integral=True, zero=True)  # the spread of one repeated value
+    return Facts(0.0, INF)
+
+
+@_rule(*_SAME_OF_TWO)
+def _of_itself(c: _Out) -> Any:
+    return c.ins[0] if c.same else _PASS  # min(x, x) is x, and so is nextafter(x, x)
+
+
+@_rule("addmm", "baddbmm")
+def _input_only(c: _Out) -> Any:
+    if _number(c.attrs.get("alpha"), 1.0) != 0:
+        return _PASS
+    beta = _number(c.attrs.get("beta"), 1.0)  # beta * input + 0 * (m1 @ m2); beta 0 ignores the input
+    if beta == 0:
+        return Facts(0.0, 0.0, integral=True, zero=True)
+    return _scalar_facts(_ScalarOp("mul", {"scalar": beta}), c.ins[0])
+
+
+@_rule("lp_pool1d", "lp_pool2d")
+def _lp_pool(c: _Out) -> Any:
+    if not (c.ins and c.ins[0].lo >= 0):
+        return _PASS
+    return Facts(c.ins[0].lo, INF)  # (sum x ** p) ** (1 / p) is at least the window's largest x
+
+
+@_rule(*(ELEMENTWISE_MIN | ELEMENTWISE_MAX))
+def _min_max(c: _Out) -> Any:
+    return _min_max_facts(c.name in ELEMENTWISE_MIN, c.ins)  # elementwise min/max: tighter than the hull
+
+
+@_rule("gcd")
+def _gcd(c: _Out) -> Any:
+    ins = c.ins
+    if not (len(ins) == 2 and min(ins[0].lo, ins[1].lo) > _INT_RANGES.get(c.dt, (-INF,))[0]):
+        return _PASS
+    m = max(abs(ins[0].lo), abs(ins[0].hi), abs(ins[1].lo), abs(ins[1].hi))
+    return Facts(0.0, m, integral=True)  # never negative (but gcd(-128, 0) is -128 in int8)
+
+
+@_rule("bitwise_right_shift")
+def _right_shift(c: _Out) -> Any:
+    return _right_shift_facts(c.op, c.ins[0])
+
+
+@_rule("avg_pool1d", "avg_pool2d", "avg_pool3d")
+def _window_sum(c: _Out) -> Any:
+    if c.attrs.get("divisor_override") is None:
+        return _PASS
+    return _sum_facts(c.ins[0])  # a window sum divided by a fixed number (1, say): the sign is all that is left
+
+
+@_rule("where")
+def _where(c: _Out) -> Any:
+    g = c.ins[0]
+    if not (g.lo == g.hi and g.lo in (0.0, 1.0)):
+        return _PASS
+    return _where_branch(c.op, c.ins, taken=g.lo == 1.0)
+
+
+@_rule("vector_norm")
+def _vector_norm(c: _Out) -> Any:
+    return _norm_facts(c.attrs.get("ord"), c.ins[0])
+
+
+@_rule("interpolate")
+def _interpolate(c: _Out) -> Any:
+    mode = c.attrs.get("mode")
+    if mode == "bicubic":
+        return _PASS
+    return _hull(c.ins[:1], averaged=not str(mode).startswith("nearest"))  # weights >= 0 that sum to 1
+
+
+@_rule(*_HULL)
+def _within_hull(c: _Out) -> Any:
+    ins, name = c.ins, c.name
+    f = _hull(ins, with_zero=name.startswith("avg_pool"), averaged=name not in ("cat", "stack"))
+    if name in ("cat", "stack"):
+        f = Facts(f.lo, f.hi, f.integral, zero=any(g.zero for g in ins),
+                  centered=any(g.centered for g in ins), unit=any(g.unit for g in ins))
+    return f
+
+
+@_rule(*_PRODUCTS)
+def _product_of_zeros(c: _Out) -> Any:
+    if not any(g.lo == g.hi == 0 for g in c.ins) or (c.name == "linear" and len(c.ins) > 2):
+        return _PASS
+    return Facts(0.0, 0.0, integral=True)
+
+
+@_rule(*_ABSORBING)
+def _absorbed(c: _Out) -> Any:
+    v = _ABSORBING[c.name]  # x | -1 is -1, x & 0 is 0, whatever x
+    if len(c.ins) != 1 or _number(c.attrs.get("scalar"), math.nan) != v:
+        return _PASS
+    return Facts(v, v, integral=True, zero=v == 0)
+
+
+@_rule("mul", "div", "div_promote", "fmod", "remainder", "xlogy")
+def _by_scalar(c: _Out) -> Any:
+    if len(c.ins) != 1 or "scalar" not in c.attrs:
+        return _PASS
+    f = _scalar_facts(c.op, c.ins[0])
+    if f is not None and c.name in ("fmod", "remainder") and c.ins[0].zero and c.attrs.get("form") != "rop":
+        f = replace(f, zero=True)  # 0 % s is 0
+    return f
+
+
+@_rule("fmod", "remainder")
+def _modulo(c: _Out) -> Any:
+    return _modulo_facts(c.name, *c.ins) if len(c.ins) == 2 else _PASS
+
+
+@_rule(*_BITWISE)
+def _bitwise(c: _Out) -> Any:
+    if c.dt not in _INT_RANGES or not (len(c.ins) == 2 or "scalar" in c.attrs):
+        return _PASS
+    return _bitwise_facts(c.op, c.ins)
+
+
+@_rule("float_scalar_promote")
+def _promoted(c: _Out) -> Any:
+    a = c.attrs
+    if a.get("op") not in _PROMOTED_AS:
+        return _PASS
+    as_op = _ScalarOp(_PROMOTED_AS[a["op"]], {"scalar": a.get("scalar"), "form": "rop" if a.get("reflected") else None})
+    return _scalar_facts(as_op, c.ins[0])
+
+
+@_rule("sum", "nansum", "cumsum_cumprod")
+def _sum(c: _Out) -> Any:
+    return _sum_facts(c.ins[0]) if c.attrs.get("fn", "cumsum") in ("cumsum", "sum", "nansum") else _PASS
+
+
+@_rule("prod", "cumsum_cumprod")
+def _prod(c: _Out) -> Any:
+    return _product_facts(c.ins[0], c.dt) if c.name == "prod" or c.attrs.get("fn") == "cumprod" else _PASS
+
+
+@_rule("logaddexp", "logaddexp2")
+def _logaddexp(c: _Out) -> Any:
+    if len(c.ins) != 2:
+        return _PASS
+    a, b = c.ins  # between max(a, b) and that + ln 2 (+ 1)
+    top = max(a.hi, b.hi) + (math.log(2.0) if c.name == "logaddexp" else 1.0)
+    return Facts(max(a.lo, b.lo), top + 1e-3 * abs(top) if math.isfinite(top) else INF)
+
+
+@_rule("logcumsumexp")
+def _logcumsumexp(c: _Out) -> Any:
+    g = c.ins[0]  # at least each running maximum; the first equals its element
+    return Facts(g.lo, INF, at_most=g.hi if math.isfinite(g.hi) else None)
+
+
+@_rule("logsumexp")
+def _logsumexp(c: _Out) -> Any:
+    g = c.ins[0]  # at least the greatest element (at least lo + ln n over n elements, see _sized_facts)
+    return Facts(g.lo, INF) if g.lo > -INF else None
+
+
+@_rule("pad")
+def _pad(c: _Out) -> Any:
+    g = c.ins[0]
+    if c.attrs.get("mode") != "constant":  # reflect, replicate, circular: copies of the operand's own elements
+        return g
+    v = _number(c.attrs.get("value"), 0.0)
+    if math.isnan(v):
+        return None
+    held = v if _pads_something(c.op, c.concrete) else None
+    return Facts(min(g.lo, v), max(g.hi, v), g.integral and float(v).is_integer(), holds=held)
+
+
+@_rule("tril_triu")
+def _triangle(c: _Out) -> Any:
+    g = c.ins[0]
+    return Facts(min(g.lo, 0.0), max(g.hi, 0.0), g.integral, zero=triangle_drops(c.op, c.concrete))
+
+
+@_rule("normalize")
+def _normalize(c: _Out) -> Any:
+    return _normalize_facts(c.op, c.ins[0])
+
+
+@_rule("local_response_norm")
+def _lrn(c: _Out) -> Any:
+    return _lrn_facts(c.op, c.ins[0], c.dt)
+
+
+@_rule("batch_norm", "instance_norm", "layer_norm", "group_norm", "rms_norm")
+def _norm(c: _Out) -> Any:
+    centered, unit = _standardised(c.op)
+    return Facts(centered=centered, unit=unit)
+
+
+@_rule("add", "sub", "rsub")
+def _shift(c: _Out) -> Any:
+    return _shift_facts(c.op, c.ins[0], c.dt) if len(c.ins) == 1 and "scalar" in c.attrs else _PASS
+
+
+@_rule("add", "sub")
+def _sum_of_tensors(c: _Out) -> Any:
+    return _sum_of_two(c.op, c.ins, c.dt) if len(c.ins) == 2 else _PASS
+
+
+@_rule("copysign")
+def _copysign(c: _Out) -> Any:
+    sign = _sign_of_copysign(c.op, c.ins)
+    if sign is not None:
+        return _copysign_facts(c.ins[0], sign)  # (the scalar form is copysign(x, s) only)
+    if len(c.ins) != 2 or value_set(c.ins[0]) is None:
+        return _PASS
+    mags = {abs(v) for v in value_set(c.ins[0])}  # |x| with y's sign, which the graph leaves open
+    points = tuple(sorted(mags | {-m for m in mags}))
+    if len(points) > _MAX_VALUES:
+        return None
+    return Facts(min(points), max(points), integral=c.ins[0].integral, values=points)
+
+
+@_rule("xlogy")
+def _xlogy_bits(c: _Out) -> Any:
+    return Facts(0.0, 0.0, integral=True, zero=True) if _xlogy_of_bits(c.ins) else _PASS
+
+
+@_rule(*_SHRINKS)
+def _all_shrunk(c: _Out) -> Any:
+    return Facts(0.0, 0.0, integral=True, zero=True) if _shrunk_away(c.op, c.ins) else _PASS
+
+
+@_rule(*_POWERS)
+def _zero_power(c: _Out) -> Any:
+    return Facts(0.0, 0.0, integral=True, zero=True) if _zero_base_power(c.op, c.ins) else _PASS
+
+
+@_rule(*_POWERS)
+def _scalar_power(c: _Out) -> Any:
+    return _scalar_power_facts(c.op, c.ins[0], c.dt) if len(c.ins) == 1 and "scalar" in c.attrs else _PASS
+
+
+@_rule("div_rounding")
+def _rounded_quotient(c: _Out) -> Any:
+    if len(c.ins) == 1 and "scalar" in c.attrs:
+        return _floor_div_facts(c.op, c.ins[0])
+    if len(c.ins) == 2:
+        return Facts(integral=True)  # a rounded quotient: a whole number wherever finite
+    return _PASS
+
+
+@_rule("mul", "mul_promote")
+def _product_of_two(c: _Out) -> Any:
+    if len(c.ins) != 2:
+        return _PASS
+    x, y = c.ins
+    lo, hi = _product_bounds(x, y, c.same)
+    if c.dt in _INT_RANGES and not (math.isfinite(lo) and math.isfinite(hi)):
+        return None  # an unbounded integer product may wrap around: only the dtype is known
+    return Facts(lo, hi, integral=x.integral and y.integral, zero=x.zero or y.zero)
+
+
+@_rule("logit")
+def _logit(c: _Out) -> Any:
+    return _logit_facts(c.op) if len(c.ins) == 1 and _logit_facts(c.op) is not None else _PASS
+
+
+@_rule("square")
+def _integer_square(c: _Out) -> Any:
+    if c.dt in _INT_RANGES and not _fits_square(c.ins[0], c.dt):
+        return None  # an integer square beyond the dtype wraps around (int8 16 * 16 is 0)
+    return _PASS
+
+
+@_rule("hardtanh", "clamp", "threshold")
+def _clamped(c: _Out) -> Any:
+    return _unary_facts(c.op, c.ins[0])  # (their bounds may be tensors: the first operand is the value)
+
+
+@_rule("log_softmax")
+def _log_probabilities(c: _Out) -> Any:
+    if len(c.ins) != 1:
+        return _PASS
+    f = _unary_facts(c.op, c.ins[0])
+    return replace(f, negative=True) if f is not None else None
+
+
+def _finished(c: _Out, f: Facts | None, fixed: bool, constant: bool) -> Facts:
+    """A rule's facts made consistent: what the op carries over from its operand, the dtype's
+    bounds, the graph's fixedness, the operand's points, continuity."""
+    base = dtype_facts(c.dt)
+    f = _carried(c, base if f is None else f)
+    f = _within_dtype(c, f, base)
+    if fixed != f.fixed and not constant:
+        f = replace(f, integral=f.integral or base.integral, fixed=fixed)
+    elif base.integral and not f.integral:
+        f = replace(f, integral=True)
+    if c.pos == 0 and c.n_out == 1 and len(c.ins) == 1 and _elementwise(c.op):
+        f = _through_points(c.op, c.ins[0], f, c.dt)
+    if f.lo == f.hi and math.isfinite(f.lo) and not f.fixed:  # one value wherever finite: a constant
+        f = replace(f, fixed=True)
+    continuous = is_float(c.dt) and _keeps_continuous(c.op, c.ins) and not f.fixed
+    return f if f.continuous == continuous else replace(f, continuous=continuous)
+
+
+def _carried(c: _Out, f: Facts) -> Facts:
+    """A 0 that survives f(0) = 0 (tril(x) -> hardswish), a value <= 0 that a sign-keeping op
+    keeps (log(mish(instance_norm(x))): mish is <= 0 where x is)."""
+    if len(c.ins) != 1:
+        return f
+    r, g = numerics(c.name), c.ins[0]
+    if g.zero and r.zero_at_zero and not f.zero:
+        f = replace(f, zero=True)
+    if r.sign_keeping and not f.nonpos and _holds_nonpositive(g):
+        f = replace(f, nonpos=True)
+    return f
+
+
+def _within_dtype(c: _Out, f: Facts, base: Facts) -> Facts:
+    """`f` cut to the dtype's bounds (a cast, a bool result); nothing known of an integer result
+    beyond its dtype, which wraps around (neg of a uint8), or of a contradiction (inf / inf)."""
+    rng = _INT_RANGES.get(c.dt)
+    wraps = rng is not None and (rng[0] > f.lo > -INF or INF > f.hi > rng[1] or (rng[0] == 0 and f.lo < 0))
+    if wraps and not c.name.startswith("to_"):
+        f = base
+    elif f.lo < base.lo or f.hi > base.hi:
+        f = Facts(max(f.lo, base.lo), min(f.hi, base.hi), f.integral or base.integral, f.zero, f.centered, f.unit,
+                  f.fixed)
+    if f.lo > f.hi or math.isnan(f.lo) or math.isnan(f.hi):
+        f = base
+    return f
 
 
 def _elementwise(op: OpSpec) -> bool:
@@ -1066,15 +1276,6 @@ def _floor_div_facts(op: OpSpec, f: Facts) -> Facts | None:
     if f.lo != f.hi:  # room for the quotient's rounding in low precision (a point is kept exact)
         lo, hi = lo - 1e-3 * abs(lo), hi + 1e-3 * abs(hi)
     return Facts(float(rnd(lo)), float(rnd(hi)), integral=True, zero=f.zero)
-
-
-# Ops whose float results are exactly 0 only where a continuous operand is (or on a point of it):
-# the same elements, or injective elementwise ops.
-# (Not exp, sigmoid, erfc: they underflow to 0; not log: log(1) is 0, and a bfloat16 input holds
-# an exact 1 now and then.)
-_KEEPS_CONTINUOUS = _REARRANGE | _SUBSET | {"neg", "positive", "tanh", "sinh", "asinh", "atan", "erf", "softsign",
-                                            "sin", "tan", "cos", "copysign",  # cos of a float is never 0, sin only at 0
-                                            "deg2rad", "rad2deg", "expm1", "log1p", "mul", "type_as"}
 
 
 def _keeps_continuous(op: OpSpec, ins: list[Facts]) -> bool:
@@ -1246,8 +1447,6 @@ def _modulo_facts(name: str, x: Facts, y: Facts) -> Facts | None:
     return Facts(integral=integral, zero=zero) if zero else None
 
 
-_BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor"})
-
 
 def _bitwise_facts(op: OpSpec, ins: list[Facts]) -> Facts | None:
     """Signs of integer x & y, x | y, x ^ y (two's complement): & is negative iff both operands
@@ -1364,19 +1563,6 @@ def _heaviside_facts(x: Facts, v: Facts) -> Facts:
     return Facts(min(0.0, v.lo), max(1.0, v.hi), integral=v.integral)
 
 
-# Where a vulnerable unary op is finite: (lo, hi, lo open, hi open); `_POLE_AT_ZERO` adds x = 0
-# (and for lgamma/digamma every non-positive integer).
-_DOMAIN = {
-    "log": (0, INF, True, False), "log2": (0, INF, True, False), "log10": (0, INF, True, False),
-    "rsqrt": (0, INF, True, False), "log1p": (-1, INF, True, False), "sqrt": (0, INF, False, False),
-    "acos": (-1, 1, False, False), "asin": (-1, 1, False, False), "atanh": (-1, 1, True, True),
-    "erfinv": (-1, 1, True, True), "acosh": (1, INF, False, False), "logit": (0, 1, True, True),
-    "reciprocal": (-INF, INF, False, False), "lgamma": (-INF, INF, False, False),
-    "digamma": (-INF, INF, False, False),
-}
-_POLE_AT_ZERO = frozenset({"reciprocal", "lgamma", "digamma"})
-
-
 def _ceil(x: float) -> float:
     return x if math.isinf(x) else math.ceil(x)
 
@@ -1456,7 +1642,7 @@ def _never_finite(name: str, f: Facts) -> bool:
     if f.nonpos and (lo > 0 or (lo == 0 and lo_open)):  # log of min(tril(x), y)
         return True
     if f.integral:
-        if name in ("lgamma", "digamma"):
+        if numerics(name).poles == "gamma":  # no integer below 1
             lo, lo_open = 1, False
         f_lo, f_hi = _practical(f)
         a = max(_ceil(lo) + (1 if lo_open and float(lo).is_integer() else 0), _ceil(f_lo))
@@ -1482,23 +1668,16 @@ def _in_domain(name: str, x: float) -> bool:
     lo, hi, lo_open, hi_open = _DOMAIN[name]
     if x < lo or x > hi or (x == lo and lo_open) or (x == hi and hi_open):
         return False
-    return not (name in _POLE_AT_ZERO and x <= 0 and (x == 0 or (name != "reciprocal" and float(x).is_integer())))
+    poles = numerics(name).poles
+    return not (poles is not None and x <= 0 and (x == 0 or (poles == "gamma" and float(x).is_integer())))
 
 
 def _self_cancels(op: OpSpec) -> bool:
-    return op.name in _SELF_CANCELLING and op.attrs.get("alpha") in (None, 1)
-
-
-# Divisions whose result on one value twice is 1 wherever finite: x / x, x // x, trunc(x / x).
-_SELF_DIVIDING = frozenset({"div", "div_promote", "div_rounding"})
+    return op.name in _SELF_CANCELLED_VALUE and op.attrs.get("alpha") in (None, 1)
 
 
 def _self_divides(op: type[OpSpec] | OpSpec) -> bool:
     return op.name in _SELF_DIVIDING and "scalar" not in getattr(op, "attrs", {})
-
-
-_POWERS = frozenset({"pow", "float_power", "pow_promote"})  # (pow_promote: tensors of two dtypes)
-_SHRINKS = frozenset({"hardshrink", "softshrink"})
 
 
 # Where exp-like ops overflow: ln (log2 for exp2) of the result dtype's largest finite value;
@@ -1602,7 +1781,7 @@ def _negative_somewhere(f: Facts) -> bool:
 def makes_fixed(op: OpSpec, inputs: list[int], ins: list["Facts"]) -> bool:
     """Whether `op`'s results are the same whatever the inputs. `inputs` are canonical ids (the
     engine resolves aliases, see `same_values_as`), so that x - positive(x) cancels too."""
-    if op.name in _FIXED_RESULT:
+    if op.name in _CLASS_TEST_VALUE:
         return True
     if len(inputs) == 2 and inputs[0] == inputs[1] and (_self_cancels(op) or _self_divides(op)):
         return True

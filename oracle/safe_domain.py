@@ -5,7 +5,9 @@ finite, and takes a gradient step on that operator's loss from this table. A los
 every input lies inside the operator's safe domain with a margin, and grows with the distance
 outside it, so that gradient descent walks the inputs (and through them the model's inputs and
 weights) back into the domain. Operators not in the table get `magnitude_loss`: most remaining
-non-finite results are overflows, which shrinking magnitudes cures.
+non-finite results are overflows, which shrinking magnitudes cures. Where an operator's domain is
+an interval or a set of poles, its bounds are the generator's numerics records (numerics.py),
+the ones value facts reads: the losses here say only how to push a value inside.
 
 This module also names the operators whose true gradient is zero almost everywhere (floor,
 relu's flat side, clamp outside its range, ...). Value search gives them a straight-through
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+from nnforge.generator.numerics import Interval, numerics, ops_where
 
 LossFn = Callable[[tuple, dict, torch.dtype, "LossMode"], "torch.Tensor | None"]
 
@@ -420,10 +424,40 @@ def _tensors(args: tuple, kwargs: dict):
 # --------------------------------------------------------------------------- the table
 
 
-@safe_domain("log", "log2", "log10", "rsqrt")
-def _positive(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, MARGIN)
+def _of_operand(penalty: Callable[[torch.Tensor, "LossMode"], torch.Tensor]) -> LossFn:
+    """A loss on the one float operand of a unary operator."""
+
+    def loss(args, kwargs, dtype, mode):
+        x = _float(_arg(args, kwargs, 0, "input", "self"))
+        return None if x is None else penalty(x, mode)
+
+    return loss
+
+
+def _from_numerics(register: Callable[..., Callable[[LossFn], LossFn]], names: tuple[str, ...]
+                   ) -> Callable[[Callable[[Interval], LossFn]], Callable[[Interval], LossFn]]:
+    """For each unary operator named, register (with `register`: `safe_domain` or
+    `derivative_pole`) the loss that the decorated `make(domain)` builds from the operator's
+    domain as the generator's numerics state it (numerics.py, the one home of where an operator
+    is finite): the loss's shape is this module's, its bounds are the record's."""
+
+    def decorate(make: Callable[[Interval], LossFn]) -> Callable[[Interval], LossFn]:
+        for n in names:
+            register(n)(make(numerics(n).domain))
+        return make
+
+    return decorate
+
+
+def _domain_losses(*names: str) -> Callable[[Callable[[Interval], LossFn]], Callable[[Interval], LossFn]]:
+    return _from_numerics(safe_domain, names)
+
+
+@_domain_losses("log", "log2", "log10", "rsqrt", "sqrt", "log1p")
+def _above_lower_bound(dom: Interval) -> LossFn:
+    """Every element a margin above the lower bound: log's open 0, log1p's -1, and sqrt's
+    closed 0 too (its slope is infinite there, so the margin serves its backward as well)."""
+    return _of_operand(lambda x, mode: _below(x, dom.lo + MARGIN))
 
 
 def _away_from_poles(x: torch.Tensor, ties: TieBreak) -> torch.Tensor:
@@ -436,10 +470,8 @@ def _away_from_poles(x: torch.Tensor, ties: TieBreak) -> torch.Tensor:
     return torch.where(near_pole, torch.relu(MARGIN - d * direction), torch.zeros_like(x)).sum()
 
 
-@safe_domain("lgamma", "digamma")
-def _gamma(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_poles(x, mode.ties)
+for _n in ops_where(poles="gamma"):  # lgamma, digamma: poles at 0, -1, -2, ...
+    safe_domain(_n)(_of_operand(lambda x, mode: _away_from_poles(x, mode.ties)))
 
 
 @safe_domain("polygamma")
@@ -459,18 +491,6 @@ def _mvlgamma(args, kwargs, dtype, mode):
     return _below(x, (p - 1) / 2 + MARGIN if isinstance(p, int) else MARGIN)
 
 
-@safe_domain("sqrt")
-def _non_negative(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, MARGIN)
-
-
-@safe_domain("log1p")
-def _above_minus_one(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, -1.0 + MARGIN)
-
-
 def _outside_closed(x: torch.Tensor, bound: float, above: bool) -> torch.Tensor:
     """Penalty for elements outside a closed bound (below it, or above it if `above`), growing
     from the bound plus the margin; elements already inside are left alone, even within the
@@ -483,22 +503,22 @@ def _outside_closed(x: torch.Tensor, bound: float, above: bool) -> torch.Tensor:
     return torch.where(outside, gap, torch.zeros_like(gap)).sum()
 
 
-@safe_domain("atanh", "erfinv")
-def _open_unit_interval(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _above(x.abs(), 1.0 - MARGIN)
+@_domain_losses("atanh", "erfinv")
+def _inside_symmetric_open(dom: Interval) -> LossFn:
+    """|x| a margin inside the open (-hi, hi)."""
+    return _of_operand(lambda x, mode: _above(x.abs(), dom.hi - MARGIN))
 
 
-@safe_domain("asin", "acos")
-def _unit_interval(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _outside_closed(x.abs(), 1.0, above=True)
+@_domain_losses("asin", "acos")
+def _inside_symmetric_closed(dom: Interval) -> LossFn:
+    """|x| within the closed [-hi, hi]."""
+    return _of_operand(lambda x, mode: _outside_closed(x.abs(), dom.hi, above=True))
 
 
-@safe_domain("acosh")
-def _at_least_one(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _outside_closed(x, 1.0, above=False)
+@_domain_losses("acosh")
+def _at_least_closed(dom: Interval) -> LossFn:
+    """x within the closed [lo, inf)."""
+    return _of_operand(lambda x, mode: _outside_closed(x, dom.lo, above=False))
 
 
 @safe_domain("entr")
@@ -513,12 +533,10 @@ def _xlog1py(args, kwargs, dtype, mode):
     return None if y is None else _below(y, -1.0 + MARGIN)
 
 
-@safe_domain("logit", "ndtri")
-def _open_unit(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    if x is None:
-        return None
-    return _below(x, MARGIN) + _above(x, 1.0 - MARGIN)
+@_domain_losses("logit", "ndtri")
+def _inside_open(dom: Interval) -> LossFn:
+    """x a margin inside the open (lo, hi)."""
+    return _of_operand(lambda x, mode: _below(x, dom.lo + MARGIN) + _above(x, dom.hi - MARGIN))
 
 
 @safe_domain("exp", "expm1")
@@ -545,10 +563,8 @@ def _tan(args, kwargs, dtype, mode):
     return None if x is None else _away_from_zero(torch.cos(x), DIVISOR_EPS, mode.ties)
 
 
-@safe_domain("reciprocal")
-def _reciprocal(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _away_from_zero(x, DIVISOR_EPS, mode.ties)
+for _n in ops_where(poles="zero"):  # reciprocal
+    safe_domain(_n)(_of_operand(lambda x, mode: _away_from_zero(x, DIVISOR_EPS, mode.ties)))
 
 
 @safe_domain("div", "floor_divide", "remainder", "fmod")
@@ -683,26 +699,21 @@ def derivative_pole(*names: str) -> Callable[[LossFn], LossFn]:
 
 
 # Where the forward's own domain loss already keeps a margin from the pole, it is the loss.
-derivative_pole("sqrt")(_non_negative)
-derivative_pole("rsqrt", "log", "log2", "log10")(_positive)
-derivative_pole("log1p")(_above_minus_one)
-derivative_pole("atanh")(_open_unit_interval)
-derivative_pole("reciprocal")(_reciprocal)
+for _n in ("sqrt", "rsqrt", "log", "log2", "log10", "log1p", "atanh", "reciprocal"):
+    derivative_pole(_n)(SAFE_DOMAIN[_n])
 derivative_pole("div", "remainder", "fmod")(_divisor_second)
 derivative_pole("rdiv")(_divisor_first)
 
 
-@derivative_pole("asin", "acos")
-def _poles_at_unit(args, kwargs, dtype, mode):
-    # finite on [-1, 1], its slope infinite at both ends (the forward's loss lets +-1 stand)
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _above(x.abs(), 1.0 - MARGIN)
+# asin, acos: finite on [-1, 1], their slope infinite at both ends (the forward's loss lets
+# +-1 stand); acosh: its slope infinite at 1.
+_from_numerics(derivative_pole, ("asin", "acos"))(_inside_symmetric_open)
 
 
-@derivative_pole("acosh")
-def _pole_at_one(args, kwargs, dtype, mode):
-    x = _float(_arg(args, kwargs, 0, "input", "self"))
-    return None if x is None else _below(x, 1.0 + MARGIN)
+@_from_numerics(derivative_pole, ("acosh",))
+def _above_closed_bound(dom: Interval) -> LossFn:
+    """x a margin above the closed lower bound, where the slope is infinite."""
+    return _of_operand(lambda x, mode: _below(x, dom.lo + MARGIN))
 
 
 @derivative_pole("xlogy")

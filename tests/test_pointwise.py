@@ -146,3 +146,18 @@ def test_an_op_whose_domain_dooms_an_op_already_built_is_refused():
     assert not gen.insert_forward(ops["acos"], [neg])
     assert value_set(gen.facts[divisor]) is None and len(gen.nodes) == 3
     assert gen.insert_forward(ops["acos"], [out_of("sgn", neg)])  # sgn(-x) is in [-1, 1] whatever x
+
+
+def test_a_chain_goes_on_through_every_op_the_numerics_say_keeps_elements_but_not_through_indices():
+    # eval-mode dropout and pixel shuffles keep every element; a split into one piece keeps them
+    # all too; argsort's one result is indices, which are no elements of its operand
+    f = ("float32", 3)
+    drop = spec_instance("dropout", [f], "a")
+    shuffle = spec_instance("pixel_shuffle", [f], "b")
+    piece = spec_instance("chunk", [f], "c")
+    piece.attrs["n_out"] = 1
+    argsort = spec_instance("sort", [f], "d")
+    argsort.attrs["fn"] = "argsort"
+    chains = lineages([(drop, [0], [1]), (shuffle, [1], [2]), (piece, [2], [3]), (argsort, [3], [4])])
+    assert chains[1] == chains[2] == chains[3] == (0, False)
+    assert 4 not in chains
