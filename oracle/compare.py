@@ -20,7 +20,8 @@
   position that fails every rule above still passes where the compiled value lies within what
   one rounding per op, done differently, produces on this program: for floats a value within a
   few times the jittered runs' spread or a non-finite kind some jittered run also produced; for
-  integers and bools exactly a value some jittered run produced there.
+  integers a value between the least and greatest the runs produced there (exactly theirs where
+  rounding does not move it), for bools a value some run produced.
 - Outputs may be nested tuples/lists/dicts of tensors and Python values; a different structure,
   shape or dtype is a mismatch.
 """

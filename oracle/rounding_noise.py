@@ -318,12 +318,22 @@ class ExactBand:
         return cls(torch.stack([eager.detach().cpu()] + [j.detach().cpu() for j in same]), len(same))
 
     def explains(self, actual: Any) -> Any:
-        """Bool tensor: where some run (eager or jittered) produced exactly `actual`'s value."""
-        return (self.values == actual.to(self.values.dtype).unsqueeze(0)).any(0)
+        """Bool tensor: where `actual`'s value lies between the least and the greatest value the
+        runs (eager and jittered) produced. Where they all agree that is their one value, so an
+        integer that rounding does not move is compared exactly; where rounding moves it, a
+        compiled value between two that rounding gives is one more rounding of the same float:
+        int16 of a bfloat16 lerp near -6112 is -6112 or -6144 in the jittered runs, -6105
+        compiled, where Inductor kept the lerp in float32 before the cast."""
+        import torch
+
+        a = actual.to(self.values.dtype).unsqueeze(0)
+        if self.values.dtype == torch.bool:
+            return (self.values == a).any(0)
+        return (self.values.amin(0) <= a[0]) & (a[0] <= self.values.amax(0))
 
     def note(self, positions: int, total: int) -> str:
-        return (f"{positions} of {total} values differ from eager but equal what eager gives with every rounding "
-                f"op's result moved one ulp (one of {self.runs} such runs)")
+        return (f"{positions} of {total} values differ from eager but lie within what eager gives with every rounding "
+                f"op's result moved one ulp ({self.runs} such runs)")
 
 
 @dataclass(frozen=True)

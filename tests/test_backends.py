@@ -338,15 +338,26 @@ def test_nan_against_inf_is_a_mismatch_unless_rounding_gives_eager_that_kind_the
     assert compare_tensors(x, x + (NOISE_MULTIPLIER + 1) * 1e-3, noise=band).symptom is Symptom.MISMATCH
 
 
-def test_integer_outputs_pass_only_with_a_value_that_rounding_gave_eager_there():
+def test_integer_outputs_pass_only_within_the_values_that_rounding_gave_eager_there():
     from nnforge.oracle.rounding_noise import ExactBand
 
     eager = torch.tensor([57, 3, 9])
     band = ExactBand.observe(eager, [torch.tensor([56, 3, 9]), eager.clone()])
     assert compare_tensors(eager, torch.tensor([56, 3, 9])).symptom is Symptom.MISMATCH
     assert compare_tensors(eager, torch.tensor([56, 3, 9]), noise=band).ok
-    for wrong in ([55, 3, 9], [57, 4, 9]):  # no spread for integers: only values seen there
+    for wrong in ([55, 3, 9], [57, 4, 9]):  # outside what rounding gives; exact where rounding moves nothing
         assert compare_tensors(eager, torch.tensor(wrong), noise=band).symptom is Symptom.MISMATCH
+    # int16 of a bfloat16 near -6112 (one ulp 32): rounding gives -6112 or -6144, a float32
+    # intermediate (Inductor does not round between fused ops) gives a value between them
+    cast = torch.tensor([-6112, 99], dtype=torch.int16)
+    band = ExactBand.observe(cast, [torch.tensor([-6144, 99], dtype=torch.int16), cast.clone()])
+    assert compare_tensors(cast, torch.tensor([-6121, 99], dtype=torch.int16), noise=band).ok
+    for wrong in ([-6145, 99], [-6112, 98]):
+        assert compare_tensors(cast, torch.tensor(wrong, dtype=torch.int16), noise=band).symptom is Symptom.MISMATCH
+    flags = torch.tensor([True, False])
+    band = ExactBand.observe(flags, [torch.tensor([True, True])])
+    assert compare_tensors(flags, torch.tensor([True, True]), noise=band).ok
+    assert compare_tensors(flags, torch.tensor([False, False]), noise=band).symptom is Symptom.MISMATCH
 
 
 _JITTER_PROBES = """
