@@ -2,7 +2,7 @@
 
 Most of a torch.compile test's seconds are fixed costs paid once per compiled module: Dynamo's
 trace, AOTAutograd, Inductor's scheduling, a C++ compile, loading, the worker round trip, the
-reference runs (bench/profile.py). A pack pays them once for k programs. Its forward computes
+reference runs (bench/phases.py). A pack pays them once for k programs. Its forward computes
 every program on inputs of its own and returns all their outputs, so each program's results
 are compared as they would be alone; and since a pack is a generator program like any other
 (its graph is the union, its text is that graph's materialisation), a disagreement needs no

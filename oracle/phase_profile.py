@@ -1,4 +1,4 @@
-"""Where one test's seconds go: a worker job that times each phase of a test (bench/profile.py).
+"""Where one test's seconds go: a worker job that times each phase of a test (bench/phases.py).
 
 A test is value search, the eager reference (with its float64 run), and per rung of the target's
 ladder a compile and a run and a comparison. torch.compile's own timers
@@ -102,8 +102,10 @@ def profile_case(payload: dict[str, Any]) -> dict[str, Any]:
         ref_s = float(out["timings"].get("reference_s", 0.0))
         rung_s = max(0.0, wall - ref_s - float(out["timings"].get("prepare_s", 0.0)))
         after = _metrics()
-        compiles += _cpp_compiles() - compiles_before
-        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        compiles_after = _cpp_compiles()
+        compiles += compiles_after - compiles_before if compiles_after >= compiles_before else compiles_after
+        # torch._dynamo.reset() clears the timers: a timer that shrank restarted during the rung
+        delta = {k: v - before.get(k, 0.0) if v >= before.get(k, 0.0) else v for k, v in after.items()}
         for phase, s in split_compile(delta, rung_s).items():
             phases[phase] += s
         rungs[rung] = round(rung_s, 4)

@@ -7,12 +7,15 @@ lowering, code generation, the C++ compiler, loading, and running + comparing. T
 Inductor cache is the campaign's (warm after the first programs); the first `--warmup`
 programs are run and left out of the table, as a long campaign would have paid them long ago.
 
-    .venv/bin/python bench/profile.py --count 30 --nodes 10
-    .venv/bin/python bench/profile.py --count 30 --nodes 10 --mutants   # every other program a mutant
+    .venv/bin/python bench/phases.py --count 30 --nodes 10
+    .venv/bin/python bench/phases.py --count 30 --nodes 10 --mutants   # every other program a mutant
 
 Prints, per phase, the total and median seconds per test and its share of the whole, how many
 times the C++ compiler ran and what one run costs, and per rung its share: what running only
 the top rung saves on a test that passes.
+
+(Named phases.py, not profile.py: a script's folder comes first on sys.path, and a `profile`
+there shadows the standard library's, which torch._dynamo imports through cProfile.)
 """
 
 from __future__ import annotations
