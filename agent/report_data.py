@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from nnforge.agent.store import StoreReader, store_file
-from nnforge.core.verdict import Symptom
+from nnforge.core.verdict import BUG_SYMPTOMS, Symptom
 
 STAGES = ("generate", "mutate", "search", "oracle")  # tests.t_<stage> columns, in pipeline order
 _CONFIG_KEYS = ("campaign_config", "campaign")
 _SCHEDULER_KEYS = ("scheduler_state", "scheduler")
-_BUG_SYMPTOMS = tuple(s.value for s in Symptom if s.is_bug)
 
 
 @dataclass(frozen=True)
@@ -219,7 +218,7 @@ def _read(db: StoreReader, folder: Path) -> CampaignView:
     verdicts = db.verdict_counts_by_target()
     tests = sum(n for by in verdicts.values() for n in by.values())
     invalid = sum(by.get(Symptom.INVALID.value, 0) for by in verdicts.values())
-    bugs = sum(n for by in verdicts.values() for s, n in by.items() if s in _BUG_SYMPTOMS)
+    bugs = sum(n for by in verdicts.values() for s, n in by.items() if s in BUG_SYMPTOMS)
     elapsed = _elapsed(db, stats, started, tests)
     targets = tuple(config.get("targets") or sorted(verdicts))
     workers = int(config.get("workers") or 1)
@@ -318,7 +317,7 @@ def _series(db: StoreReader, stats: list[dict[str, Any]], clusters: tuple[Cluste
         n = 0
         bugs = [(0.0, 0.0)]
         for t, s in to_min:
-            if s in _BUG_SYMPTOMS:
+            if s in BUG_SYMPTOMS:
                 n += 1
                 bugs.append((t, float(n)))
         series["bugs"] = bugs

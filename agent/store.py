@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nnforge.core.signature import Signature
-from nnforge.core.verdict import Symptom, Verdict
+from nnforge.core.verdict import BUG_SYMPTOMS, Verdict
 from nnforge.triage.cluster import ClusterRecord
 
 STORE_FILE = "store.sqlite"
@@ -183,8 +183,6 @@ TEST_COLUMNS = (("source", "TEXT"), ("mutator", "TEXT"), ("category", "TEXT"), (
 
 STATS_COLUMNS = ("ts", "elapsed_s", "tests", "tests_per_min", "bugs", "clusters", "invalid", "worker_restarts",
                  "timeouts", "segfaults", "rss_mb", "covered_lines", "json")
-
-_BUG_SYMPTOMS = tuple(s.value for s in Symptom if s.is_bug)
 
 
 def store_file(store_or_path: Any) -> Path:
@@ -509,6 +507,20 @@ def _verdict_counts(con: sqlite3.Connection) -> dict[str, dict[str, int]]:
     return out
 
 
+def _stats_rows(con: sqlite3.Connection, order: str) -> list[dict[str, Any]]:
+    """The stats timeline in `order`, every column, `json` decoded ({} when empty or unreadable)."""
+    out = []
+    for r in con.execute(f"SELECT * FROM stats ORDER BY {order}").fetchall():
+        d = dict(r)
+        raw = d.get("json")
+        try:
+            d["json"] = json.loads(raw) if isinstance(raw, str) and raw else {}
+        except ValueError:
+            d["json"] = {}
+        out.append(d)
+    return out
+
+
 # -- what a campaign adds: the queue, per-test columns, the stats timeline, the LLM cache ---------
 @dataclass(frozen=True)
 class QueuedTest:
@@ -652,13 +664,7 @@ class CampaignStore(Store):
                          values)
 
     def stats_rows(self) -> list[dict[str, Any]]:
-        rows = self._db.execute(f"SELECT {', '.join(STATS_COLUMNS)} FROM stats ORDER BY ts").fetchall()
-        out = []
-        for r in rows:
-            d = dict(r)
-            d["json"] = json.loads(d["json"] or "{}")
-            out.append(d)
-        return out
+        return _stats_rows(self._db, "ts")
 
     # -- the LLM cache ------------------------------------------------------------------------------
     def llm_cache(self) -> "StoreLLMCache":
@@ -813,7 +819,7 @@ class StoreReader:
         bugs) per value, most tests first; [] without the column."""
         if column not in self.columns("tests"):
             return []
-        bug_list = ", ".join("?" * len(_BUG_SYMPTOMS))
+        bug_list = ", ".join("?" * len(BUG_SYMPTOMS))
         join_clusters = "signature_digest" in self.columns("findings")
         clusters_expr = (f"COUNT(DISTINCT CASE WHEN t.symptom IN ({bug_list}) THEN f.signature_digest END)"
                          if join_clusters else "0")
@@ -822,7 +828,7 @@ class StoreReader:
                f"SUM(CASE WHEN t.symptom IN ({bug_list}) THEN 1 ELSE 0 END) AS bugs, "
                f"SUM(CASE WHEN t.symptom = 'invalid' THEN 1 ELSE 0 END) AS invalid, {clusters_expr} AS clusters "
                f"FROM tests t {join} GROUP BY k ORDER BY n DESC, k")
-        params = _BUG_SYMPTOMS + (_BUG_SYMPTOMS if join_clusters else ())  # in SELECT-list order
+        params = BUG_SYMPTOMS + (BUG_SYMPTOMS if join_clusters else ())  # in SELECT-list order
         return [(str(r["k"]), int(r["n"]), int(r["bugs"] or 0), int(r["invalid"] or 0), int(r["clusters"] or 0))
                 for r in self._rows(sql, params)]
 
@@ -948,14 +954,4 @@ class StoreReader:
         """The stats timeline, oldest first, every column the store has; `json` decoded ({} when unreadable)."""
         if "stats" not in self._tables:
             return []
-        order = "ts" if "ts" in self.columns("stats") else "rowid"
-        out = []
-        for r in self._rows(f"SELECT * FROM stats ORDER BY {order}"):
-            d = dict(r)
-            raw = d.get("json")
-            try:
-                d["json"] = json.loads(raw) if isinstance(raw, str) and raw else {}
-            except ValueError:
-                d["json"] = {}
-            out.append(d)
-        return out
+        return _stats_rows(self._con, "ts" if "ts" in self.columns("stats") else "rowid")

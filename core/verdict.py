@@ -24,6 +24,10 @@ class Symptom(str, Enum):
         return self not in (Symptom.PASS, Symptom.INVALID)
 
 
+# The symptoms that are bugs, as the text the store and the reports hold.
+BUG_SYMPTOMS: tuple[str, ...] = tuple(s.value for s in Symptom if s.is_bug)
+
+
 @dataclass(frozen=True)
 class Frame:
     file: str
