@@ -1684,7 +1684,6 @@ def _self_divides(op: type[OpSpec] | OpSpec) -> bool:
 # sinh and cosh overflow beyond that plus ln 2, on either side.
 _LN_MAX = {"float16": math.log(65504.0), "bfloat16": math.log(3.3895e38), "float32": math.log(3.4028e38),
            "float64": math.log(1.7976e308)}
-_OVERFLOWS = frozenset({"exp", "expm1", "exp2", "sinh", "cosh"})
 
 
 def _always_overflows(op: type[OpSpec] | OpSpec, f: Facts) -> bool:

@@ -38,22 +38,23 @@ _LOAD = "PyCodeCache.load_by_key_path"
 _ASYNC_WAIT = "async_compile.wait"
 
 
-def _metrics() -> dict[str, float]:
+def _timers() -> dict[str, list[float]]:
+    """torch's compile timers: seconds of each timed call, by function (empty where torch has none)."""
     try:
         from torch._dynamo.utils import compilation_time_metrics
     except ImportError:
         return {}
-    return {k: float(sum(v)) for k, v in compilation_time_metrics.items()}
+    return compilation_time_metrics
+
+
+def _metrics() -> dict[str, float]:
+    return {k: float(sum(v)) for k, v in _timers().items()}
 
 
 def _cpp_compiles() -> int:
     """How many times the C++ compiler has run in this process (each Inductor kernel module is
     one run, and most of its cost is fixed: loading the precompiled ATen header)."""
-    try:
-        from torch._dynamo.utils import compilation_time_metrics
-    except ImportError:
-        return 0
-    return len(compilation_time_metrics.get(_CPP, ()))
+    return len(_timers().get(_CPP, ()))
 
 
 def split_compile(delta: dict[str, float], rung_s: float) -> dict[str, float]:

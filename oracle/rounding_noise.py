@@ -326,10 +326,10 @@ class ExactBand:
         compiled, where Inductor kept the lerp in float32 before the cast."""
         import torch
 
-        a = actual.to(self.values.dtype).unsqueeze(0)
-        if self.values.dtype == torch.bool:
-            return (self.values == a).any(0)
-        return (self.values.amin(0) <= a[0]) & (a[0] <= self.values.amax(0))
+        a = actual.to(self.values.dtype)
+        if a.dtype == torch.bool:
+            return (self.values == a.unsqueeze(0)).any(0)
+        return (self.values.amin(0) <= a) & (a <= self.values.amax(0))
 
     def note(self, positions: int, total: int) -> str:
         return (f"{positions} of {total} values differ from eager but lie within what eager gives with every rounding "

@@ -391,7 +391,8 @@ def exp_bound(dtype: torch.dtype) -> float:
     return 0.9 * math.log(torch.finfo(dtype).max)
 
 
-def _sum(parts: list) -> torch.Tensor | None:
+def sum_of(parts: list) -> torch.Tensor | None:
+    """The sum of the tensors in `parts` in their order (None entries skipped; None if none is left)."""
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
@@ -408,7 +409,7 @@ def magnitude_loss(args: tuple, kwargs: dict, dtype: torch.dtype) -> torch.Tenso
         f = _float(a)
         if f is not None and f.requires_grad and f.numel():
             parts.append(f.square().mean())
-    return _sum(parts)
+    return sum_of(parts)
 
 
 def _tensors(args: tuple, kwargs: dict):
@@ -608,7 +609,7 @@ def _pow_loss(base: Any, exponent: Any, dtype: torch.dtype) -> torch.Tensor | No
     exp_v = e if e is not None else (exponent if isinstance(exponent, (int, float)) else None)
     if log_b is not None and exp_v is not None and (b is not None or e is not None):
         parts.append(_above((exp_v * log_b).abs(), exp_bound(dtype)))
-    return _sum(parts)
+    return sum_of(parts)
 
 
 @safe_domain("pow")

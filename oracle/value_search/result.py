@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from nnforge.oracle.safe_domain import sum_of
+
 
 @dataclass(frozen=True)
 class SearchResult:
@@ -100,11 +102,5 @@ def failure_class(last: Outcome) -> str:
 
 
 def total_loss(loss: torch.Tensor | None, hinges: list[torch.Tensor]) -> torch.Tensor | None:
-    parts = [loss] if loss is not None else []
-    parts += [h.to(torch.float32) if h.dtype != torch.float64 else h for h in hinges]
-    if not parts:
-        return None
-    total = parts[0]
-    for h in parts[1:]:
-        total = total + h
-    return total
+    """The culprit's loss plus the hinges of earlier culprits (low-precision hinges in float32)."""
+    return sum_of([loss] + [h.to(torch.float32) if h.dtype != torch.float64 else h for h in hinges])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -51,7 +51,7 @@ class _Walk:
     steps: int = 0  # steps of this descent
     frozen_at: tuple[int, str] | None = None  # culprit at which integer inputs stopped moving
     turned: bool = False  # ties were just sent the other way, for want of a gradient this way
-    undo: tuple[int, list[torch.Tensor], Any] | None = field(default=None)  # (reach, values, key) before the last step
+    undo: tuple[int, list[torch.Tensor], Any] | None = None  # (reach, values, key) before the last step
 
 
 class SearchRun:
