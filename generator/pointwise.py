@@ -170,7 +170,7 @@ def chain_values(steps: Sequence[Step], root_id: int, grid: torch.Tensor,
 
 def _evaluate(steps: Sequence[Step], root_id: int, grid: torch.Tensor, chains: dict[int, tuple[int, bool]]
               ) -> tuple[dict[int, torch.Tensor], torch.Tensor] | None:
-    env: dict[int, torch.Tensor] = {root_id: grid}
+    env: dict[int, torch.Tensor] = {root_id: off_the_minimum(grid)}
     ok = torch.ones(grid.shape[0], dtype=torch.bool)
     n = grid.shape[0]
     namespace = {"torch": torch, "F": torch.nn.functional, "math": math}
@@ -191,10 +191,22 @@ def _evaluate(steps: Sequence[Step], root_id: int, grid: torch.Tensor, chains: d
             return None
         if not isinstance(y, torch.Tensor) or y.shape != grid.shape:
             return None
-        env[outs[0]] = computed[outs[0]] = y
+        env[outs[0]] = computed[outs[0]] = off_the_minimum(y)
         if y.is_floating_point() or y.is_complex():
             ok &= torch.isfinite(y)
     return computed, ok
+
+
+def off_the_minimum(t: torch.Tensor) -> torch.Tensor:
+    """`t`, with a signed integer dtype's minimum moved one up. That value as a dividend is a
+    SIGFPE in torch's eager kernels (a truncating division of INT_MIN by -1, lcm(INT_MIN, INT_MAX)),
+    which no Python code can catch: it would kill the process evaluating the chain, and that is the
+    campaign's parent. Chains are evaluated to learn where they stay finite, which integer values
+    always do, so one grid point moved by one costs nothing."""
+    if t.is_floating_point() or t.is_complex() or t.dtype in (torch.bool, torch.uint8):
+        return t
+    low = torch.iinfo(t.dtype).min
+    return torch.where(t == low, low + 1, t) if bool((t == low).any()) else t
 
 
 def finite_somewhere(steps: Sequence[Step], root_id: int, grid: torch.Tensor,

@@ -161,3 +161,26 @@ def test_a_chain_goes_on_through_every_op_the_numerics_say_keeps_elements_but_no
     chains = lineages([(drop, [0], [1]), (shuffle, [1], [2]), (piece, [2], [3]), (argsort, [3], [4])])
     assert chains[1] == chains[2] == chains[3] == (0, False)
     assert 4 not in chains
+
+
+def test_evaluating_a_chain_never_hands_an_integer_kernel_the_dtypes_minimum():
+    # lcm(INT_MIN, INT_MAX) is a SIGFPE in torch's eager kernel: evaluated in the campaign's parent
+    # (the generator runs there), it killed the campaign with no word. In a child, so that a
+    # regression fails this test instead of killing the test run.
+    import subprocess
+    import sys
+
+    code = """if True:
+        from nnforge.generator.materialize import spec_instance
+        from nnforge.generator.pointwise import chain_values, root_grid
+        i = ("int32", 1)
+        steps = [(spec_instance("bitwise_not", [i], "a"), [0], [1]),   # ~INT_MIN == INT_MAX
+                 (spec_instance("lcm", [i, i], "b"), [0, 1], [2])]
+        grid = root_grid("int32", float("-inf"), float("inf"), True, None, False, False, False)
+        assert int(grid.min()) == -2**31
+        got = chain_values(steps, 0, grid)
+        assert got is not None and got[0][2].dtype.is_floating_point is False
+        print("evaluated")
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "evaluated" in r.stdout, (r.returncode, r.stderr[-2000:])
