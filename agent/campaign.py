@@ -646,7 +646,8 @@ class Campaign:
         reason = "budget"
         try:
             while True:
-                accepting = not self._stop.is_set() and self.elapsed() < self._test_deadline()
+                slots = self._test_slots()
+                accepting = slots > 0
                 reserve = (not accepting and not self._stop.is_set() and self.elapsed() < self.cfg.budget_s
                            and drain_until is None)
                 if reserve and not in_flight:  # the triage reserve: triage alone, until its backlog is done
@@ -657,11 +658,18 @@ class Campaign:
                     continue
                 if accepting:
                     draws = 0
-                    while len(in_flight) < self.executor.size and draws < MAX_DRAWS_PER_SLOT:
+                    while len(in_flight) < slots and draws < MAX_DRAWS_PER_SLOT:
                         item = pending.popleft() if pending else self._next_test()
                         draws += 1
                         if item is not None:
                             in_flight[self.executor.submit(item[1], item[0].target)] = item
+                    if len(in_flight) >= slots and not pending:
+                        # every worker is busy: make the next test now (generation, mutation, its
+                        # folder and queue row), so the first worker to finish starts it at once
+                        # instead of idling while the parent makes it
+                        item = self._next_test()
+                        if item is not None:
+                            pending.append(item)
                 elif drain_until is None and not reserve:
                     reason = "interrupted" if self._stop.is_set() else "budget"
                     grace = 3.0 if self._stop.is_set() else self.cfg.drain_s
@@ -709,17 +717,30 @@ class Campaign:
             raise
         return reason
 
-    def _test_deadline(self) -> float:
-        """Tests stop at the budget, or earlier while findings wait for a reduction and the
-        budget's end is within the triage reserve (so the morning list is complete)."""
-        if self.triage is not None and self.triage.is_alive() and (self.triage.backlog or self.triage.current):
-            if self.cfg.budget_s - self.elapsed() <= self.cfg.triage_reserve_s:
-                if not getattr(self, "_reserve_said", False):
-                    self._reserve_said = True
-                    self.display.event(f"{self.cfg.budget_s - self.elapsed():.0f} s left: no new tests while "
-                                       f"triage finishes {self.triage.backlog} finding(s)")
-                return 0.0
-        return self.cfg.budget_s
+    def _test_slots(self) -> int:
+        """How many tests may be in flight now: every worker; 0 once the budget is spent or a stop
+        was asked for; and while findings wait for a reduction within the triage reserve at the
+        budget's end (so that the morning list is complete), only the workers triage does not hold:
+        each triage thread holds one worker at a time, and a worker it does not hold would only idle."""
+        if self._stop.is_set() or self.elapsed() >= self.cfg.budget_s:
+            return 0
+        size = self.executor.size
+        triage = self.triage
+        if triage is None or not self._in_triage_reserve():
+            return size
+        # on Ray, triage has a local worker of its own and holds none of the executor's
+        spare = max(0, size - len(triage.threads)) if self.executor.local_pool() is not None else size
+        if not getattr(self, "_reserve_said", False):
+            self._reserve_said = True
+            goes_on = f"tests go on on {spare} of {size} workers" if spare else "no new tests"
+            self.display.event(f"{self.cfg.budget_s - self.elapsed():.0f} s left: triage finishes "
+                               f"{triage.backlog} finding(s); {goes_on}")
+        return spare
+
+    def _in_triage_reserve(self) -> bool:
+        """Findings wait for a reduction and the budget's end is within the triage reserve."""
+        return (self.triage is not None and self.triage.is_alive() and bool(self.triage.backlog or self.triage.current)
+                and self.cfg.budget_s - self.elapsed() <= self.cfg.triage_reserve_s)
 
     def _finish(self, reason: str) -> CampaignOutcome:
         files: dict[str, str] = {}

@@ -205,6 +205,8 @@ def test_kill_9_then_resume_keeps_every_recorded_test_and_the_seed_counter_goes_
         except ProcessLookupError:
             pass
     before = set(_query(out, "SELECT case_id, target, verdict_json FROM tests"))
+    # in flight at the kill, or made ahead while every worker was busy: all must run on resume
+    queued = set(_query(out, "SELECT case_id, target FROM queue WHERE status = 'queued'"))
     last_seed = _query(out, "SELECT MAX(seed_no) FROM queue")[0][0]
     last_test = _query(out, "SELECT MAX(test_no) FROM queue")[0][0]
     elapsed = float(dict(_query(out, "SELECT key, value FROM meta"))["campaign_elapsed_s"])
@@ -213,6 +215,7 @@ def test_kill_9_then_resume_keeps_every_recorded_test_and_the_seed_counter_goes_
     assert res.returncode == 0, res.stdout + res.stderr
     after = set(_query(out, "SELECT case_id, target, verdict_json FROM tests"))
     assert before <= after  # nothing recorded before the kill was lost or changed
+    assert queued <= {(c, t) for c, t, _ in after}, queued
     new = _query(out, "SELECT seed_no, case_id FROM queue WHERE test_no > ?", (last_test,))
     assert new, "the resumed campaign ran no new test"
     assert min(s for s, _ in new) > last_seed  # the seed counter continued
@@ -339,6 +342,23 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
     assert statuses.get("triaged", 0) >= 1
     clusters = _query(out, "SELECT COUNT(*) FROM clusters")[0][0]
     assert 1 <= clusters <= 2  # sin and cos: one crash each, whatever the programs around them
+
+
+@pytest.mark.slow
+def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(tmp_path):
+    # every graph disagrees (faulty_perturb without an op), so findings wait for a reduction from
+    # the first tests on, and the reserve (the last 50 of 60 s) begins as soon as one is recorded
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "60s", "--targets", "faulty_perturb", "--workers", "2", "--nodes", "4",
+                    "--llm", "none", "--triage-budget-s", "20", "--plain", "-o", str(out),
+                    env={"NNFORGE_TRIAGE_RESERVE_S": "50", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = [ln for ln in res.stdout.splitlines() if "s left: triage finishes" in ln]
+    assert said and "tests go on on 1 of 2 workers" in said[0], res.stdout
+    reserve_from = 60 - float(said[0].split(" s left:")[0].split()[-1])
+    # a faulty_perturb test takes a second or two: one with a verdict 10 s into the reserve started in it
+    later = _query(out, "SELECT COUNT(*) FROM tests WHERE elapsed_s > ?", (reserve_from + 10,))[0][0]
+    assert later >= 2, (reserve_from, later, res.stdout)
 
 
 def test_onnx_targets_get_backend_category_arms_only():
