@@ -57,11 +57,12 @@ class Settings(BaseSettings):
     # outputs (core/backward.py); ONNX targets stay forward-only.
     backward_share: float = Field(0.2, ge=0.0, le=1.0)
     # Generator programs packed into one torch.compile test (generator/pack.py): fixed costs
-    # (tracing, AOTAutograd, the wrapper's compile, loading, the worker round trip) paid once for
-    # this many programs. bench/pack.py: k = 2 judges ~1.3x the programs per minute of k = 1, and
-    # larger packs gain nothing more (Inductor compiles each C++ kernel on its own) while their
-    # findings take the reducer longer.
-    pack: int = Field(2, ge=1, le=16)
+    # (tracing, AOTAutograd, the wrapper's compile and its C++ compiler run, loading, the worker
+    # round trip) paid once for this many programs. Seed-only campaigns on 2 workers (the way
+    # tests really run: every core busy) judged 1.5x the programs per minute of k = 1 at k = 4,
+    # 1.25-1.5x those of k = 2 in paired runs, and no more at k = 8, whose findings take the
+    # reducer longer.
+    pack: int = Field(4, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of
