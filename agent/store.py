@@ -832,6 +832,19 @@ class StoreReader:
         return [(str(r["k"]), int(r["n"]), int(r["bugs"] or 0), int(r["invalid"] or 0), int(r["clusters"] or 0))
                 for r in self._rows(sql, params)]
 
+    def worker_time_by_kind(self) -> list[tuple[str, int, int, float]]:
+        """(kind, tests, programs, seconds the oracle took) per kind of test: "seed" or "mutant", and
+        "+ backward" when its calls ran one; [] without the columns it needs (t_oracle, category)."""
+        cols = self.columns("tests")
+        if not {"t_oracle", "category"} <= cols:
+            return []
+        backward = "CASE WHEN calls_kind LIKE '%backward%' THEN ' + backward' ELSE '' END" if "calls_kind" in cols else "''"
+        programs = "COALESCE(programs, 1)" if "programs" in cols else "1"
+        rows = self._rows(f"SELECT (CASE WHEN COALESCE(category, 'seed') = 'seed' THEN 'seed' ELSE 'mutant' END) "
+                          f"|| {backward} AS kind, COUNT(*) AS n, SUM({programs}) AS p, SUM(COALESCE(t_oracle, 0)) AS s "
+                          f"FROM tests GROUP BY kind ORDER BY s DESC")
+        return [(str(r["kind"]), int(r["n"]), int(r["p"] or 0), float(r["s"] or 0.0)) for r in rows]
+
     def value_bin_kept(self) -> dict[str, tuple[int, int]]:
         """{value bin: (tests whose values kept its property, tests where that is known)}; {} without the column."""
         if "value_bin_kept" not in self.columns("tests"):

@@ -378,6 +378,7 @@ def print_campaign(view: CampaignView) -> dict:
             print(f"  gb x{r.tests:<4} {r.reason[:110]}")
         for r in comp.recompiles[:3]:
             print(f"  rc x{r.tests:<4} {r.reason[:110]}")
+    print_worker_time(view)
     h = view.health()
     print(f"worker health       {h['worker_restarts']} restarts, {h['timeouts']} timeouts, {h['segfaults']} segfaults")
     rss = view.series.get("rss_mb", [])
@@ -392,6 +393,28 @@ def print_campaign(view: CampaignView) -> dict:
         print(f"lines covered       {cov[-1][1]:.0f} (torch/_dynamo, _inductor, _functorch)")
         print("  " + "  ".join(f"{m:.1f}m:{v:.0f}" for m, v in sample(cov)))
     return {"covered_lines": cov[-1][1] if cov else None}
+
+
+def print_worker_time(view: CampaignView) -> None:
+    """Where the workers' seconds went, per kind of test, and what they spent on nothing the store
+    times (triage's reductions on the shared workers, the triage reserve, start-up, idling): the
+    ratio to NNSmith, which runs plain programs only and triages nothing, is read through this."""
+    db_path = Path(view.folder) / STORE_FILE
+    if not db_path.is_file():
+        return
+    with StoreReader(db_path, read_only=True) as db:
+        kinds = db.worker_time_by_kind()
+    if not kinds:
+        return
+    capacity = view.elapsed_s * max(1, view.workers)
+    tested = sum(k[3] for k in kinds)
+    print(f"worker time by kind of test ({view.workers} workers x {fmt_duration(view.elapsed_s)} = {capacity:.0f} worker-s)")
+    print(f"  {'kind':<20} {'tests':>6} {'programs':>9} {'worker-s':>9} {'share':>6} {'s/program':>10}")
+    for kind, n, programs, secs in kinds:
+        print(f"  {kind:<20} {n:>6} {programs:>9} {secs:>9.0f} {100 * secs / capacity:>5.1f}% "
+              f"{secs / max(1, programs):>10.2f}")
+    other = max(0.0, capacity - tested)
+    print(f"  {'no test (triage, reserve, start-up, idle)':<46} {other:>9.0f} {100 * other / capacity:>5.1f}%")
 
 
 # -- NNSmith HEAD: its own virtualenv, from the mirror --------------------------------------------------------------
