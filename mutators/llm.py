@@ -26,6 +26,7 @@ import logging
 import random
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -130,16 +131,24 @@ def same_program(a: str, b: str) -> bool:
 
 # -- the mutator ---------------------------------------------------------------------------------------------
 _warned_lock = threading.Lock()
-_warned: set[int] = set()
+# Weak, not id(): a client freed and another allocated at its address would inherit its "warned" mark
+# and the new campaign would fall back without a word.
+_warned: "weakref.WeakSet[LLMClient]" = weakref.WeakSet()
+_warned_without_client = False
 
 
 def warn_once(client: LLMClient | None, message: str) -> None:
     """One warning per client (per process for "no client"): a campaign is told once, not per case."""
-    key = id(client)
+    global _warned_without_client
     with _warned_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
+        if client is None:
+            if _warned_without_client:
+                return
+            _warned_without_client = True
+        else:
+            if client in _warned:
+                return
+            _warned.add(client)
     log.warning("%s; using the offline mutators instead", message)
 
 

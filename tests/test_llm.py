@@ -325,6 +325,18 @@ def test_an_unreachable_endpoint_falls_back_once_and_then_stops_calling(tmp_path
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
 
 
+def test_each_new_client_is_warned_once_even_at_a_freed_clients_address(tmp_path, caplog):
+    """A client made after another was freed often lands at the same address; it must still be told."""
+    from nnforge.mutators.llm import warn_once
+    with caplog.at_level(logging.WARNING, logger="nnforge.mutators.llm"):
+        for i in range(8):
+            client = LLMClient(None, model="m", temperature=0.0, cache_dir=tmp_path / "cache", token_budget=1)
+            warn_once(client, f"down {i}")
+            warn_once(client, f"down {i} again")
+            del client
+    assert [r.getMessage().split(";")[0] for r in caplog.records] == [f"down {i}" for i in range(8)]
+
+
 def test_stateful_replies_carry_a_call_sequence():
     reply = fenced(GOOD) + '\n```json\n[{}, {"set_attrs": {"k": 2}}, {"mode": "eval"}]\n```\n'
     parsed = parse_reply(reply, want_calls=True)
