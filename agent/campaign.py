@@ -414,7 +414,8 @@ class Campaign:
             out.append((test, case))
         if out:
             self.counters.requeued = len(out)
-            self.display.event(f"resuming: {len(out)} test(s) that were in flight run again")
+            self.display.event(f"resuming: {len(out)} queued test(s) without a verdict (in flight, or made ahead) "
+                               f"run again")
         return out
 
     # -- judging ----------------------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ Tables and columns:
   generator | history), `mutator` (NULL for a plain seed), `category` (root-cause category or
   "seed"), `arm` (the scheduler arm, "source|category|target"), `seed_no`, `status`
   (queued | done), `t_generate`, `t_mutate` (seconds), `created`. After a kill, rows still
-  `queued` are the tests that were in flight: a resumed campaign runs them again.
+  `queued` are the tests that were in flight (or made ahead while every worker was busy): a
+  resumed campaign runs them again.
 - `llm_cache` (campaign): the campaign's LLM replies by prompt hash (`key`, `model`, `purpose`,
   `tokens`, `created`, `reply`), so DIR holds them and a resumed campaign asks the model nothing
   twice (`StoreLLMCache`, the cache `core.llm.LLMClient` uses in a campaign).

@@ -4,9 +4,12 @@ Two runs on the same machine, one after the other (never at the same time, so th
 for cores), each for the same loop budget (--minutes; --nnsmith-minutes for NNSmith's):
 
 1. NNForge: `nnforge campaign --targets inductor --nodes 10 --workers 2 --llm none --plain
-   --budget B` (plus `--pack K` when given, `--coverage` when asked: NNSmith's side has no
-   coverage figure). Its detailed figures follow (stages, clusters, worker RSS over time, ...),
-   read from its store.
+   --budget B` (plus `--pack K`, `--mutate-prob P`, `--backward-share S` and `--no-triage` when
+   given, `--coverage` when asked: NNSmith's side has no coverage figure). Its detailed figures
+   follow (stages, clusters, worker RSS over time, ...), read from its store, with where its
+   workers' seconds went: per kind of test (plain programs, mutants, each with or without a
+   backward) and on no test at all (triage's reductions, the triage reserve, start-up). NNSmith's
+   loop runs plain programs only and triages nothing, so that split says what the ratio compares.
 2. NNSmith HEAD, unmodified, through its own command line (hydra):
    `python -m nnsmith.cli.fuzz model.type=torch backend.type=pt2 backend.target=cpu
    mgen.max_nodes=10 fuzz.time=Bs fuzz.root=... hydra.run.dir=...` (pt2's default backend is
@@ -49,6 +52,8 @@ How each figure is measured, for both tools alike:
     .venv/bin/python bench/campaign.py                                   # 30 + 30 minutes
     .venv/bin/python bench/campaign.py --minutes 2 --nnsmith-minutes 2   # a short check
     .venv/bin/python bench/campaign.py --minutes 10 --pack 4             # NNForge packs 4 programs a test
+    .venv/bin/python bench/campaign.py --minutes 10 --mutate-prob 0 --backward-share 0 --no-triage
+                                                         # NNForge on plain programs only, as NNSmith's loop
     .venv/bin/python bench/campaign.py --setup-only                      # only make NNSmith HEAD's venv
     .venv/bin/python bench/campaign.py --only nnsmith --nnsmith-minutes 3
     .venv/bin/python bench/campaign.py --report-only DIR                 # the figures of a finished campaign
@@ -308,11 +313,17 @@ def run_nnforge(out: Path, args: argparse.Namespace, cap: int) -> tuple[Side, bo
         coverage = False
     if coverage:
         cmd.append("--coverage")
-    if args.pack is not None:
-        if "--pack" in help_text:
-            cmd += ["--pack", str(args.pack)]
-        else:
-            side.notes.append(f"this `nnforge campaign` has no --pack option: --pack {args.pack} not passed")
+    mix = (("--pack", args.pack), ("--mutate-prob", args.mutate_prob), ("--backward-share", args.backward_share),
+           ("--no-triage", True if args.no_triage else None))
+    for flag, value in mix:
+        if value is None:
+            continue
+        if flag not in help_text:
+            side.notes.append(f"this `nnforge campaign` has no {flag} option: not passed")
+            continue
+        cmd += [flag] if value is True else [flag, str(value)]
+        if flag != "--pack":
+            side.notes.append(f"ran with {flag}{'' if value is True else ' ' + str(value)}: not the default mix")
     hard = args.minutes * 60 + args.startup_allowance * 60
     side.run = launch(cmd, env=dict(os.environ), log=out.parent / f"{out.name}.log", cap_bytes=cap, hard_limit_s=hard)
     print(f"campaign exited with status {side.run.rc} after {side.run.wall_s:.0f} s (log: {side.run.log})")
@@ -666,6 +677,10 @@ def main() -> None:
     ap.add_argument("--targets", default="inductor", help="NNForge's targets (default inductor, as NNSmith's pt2)")
     ap.add_argument("--nodes", type=int, default=10, help="operators per model, both tools (default 10)")
     ap.add_argument("--pack", type=int, default=None, help="passed to `nnforge campaign --pack K`")
+    ap.add_argument("--mutate-prob", type=float, default=None,
+                    help="passed to `nnforge campaign` (0: plain generator programs only, as NNSmith runs)")
+    ap.add_argument("--backward-share", type=float, default=None, help="passed to `nnforge campaign`")
+    ap.add_argument("--no-triage", action="store_true", help="`nnforge campaign --no-triage` (NNSmith triages nothing)")
     ap.add_argument("--coverage", action="store_true", help="NNForge's campaign with compiler line coverage")
     ap.add_argument("--mem-cap-gb", type=float, default=6.0, help="kill a process tree whose RSS passes this (6)")
     ap.add_argument("--startup-allowance", type=float, default=10.0,
