@@ -151,3 +151,66 @@ def test_a_pack_reduces_to_the_member_that_holds_the_bug(pool):
     res = Reducer(pool, "faulty_crash:sin", max_queries=60).reduce(case, verdict)
     assert "sin" in op_names(res.case)
     assert len(res.case.program.splitlines()) < len(guilty.program.splitlines())  # less than one member is left
+
+
+DEAD_LINES = """import torch
+
+
+class _Helper:
+    def __init__(self, t):
+        self.t = t
+
+
+def _scale(t):
+    return t * 2
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y, z):
+        a = torch.sin(x)
+        b = torch.cos(y)
+        c = torch.maximum(a, b)
+        z.add_(1)
+        s = _scale(y)
+        return (a,)
+
+
+def make_inputs():
+    return (torch.randn(4, 8), torch.randn(4, 8), torch.randn(4, 8))
+"""
+
+
+def test_lines_nothing_reads_go_but_side_effects_and_own_calls_stay():
+    from nnforge.triage.program_reduce import without_dead_code
+
+    cleaned = without_dead_code(TestCase(program=DEAD_LINES, inputs=(1, 2, 3)))
+    src = cleaned.program
+    assert "cos" not in src and "maximum" not in src and "_Helper" not in src, src  # dead lines, and a class no one names
+    assert "z.add_(1)" in src and "s = _scale(y)" in src and "def _scale" in src, src  # may have effects: kept
+    assert without_dead_code(cleaned) is None  # nothing left to drop
+
+
+def test_a_reduction_out_of_budget_still_ends_without_dead_lines(pool):
+    # no budget at all: every pass stops at once, and the final check tests the case without its dead lines
+    verdict, case = _check(pool, TestCase(program=DEAD_LINES), "faulty_crash:sin")
+    res = Reducer(pool, "faulty_crash:sin", time_budget_s=0.0).reduce(case, verdict)
+    assert res.exhausted == "time" and res.verified and same_bug(verdict, res.verdict), res.steps
+    assert "cos" not in res.case.program and "_Helper" not in res.case.program, res.case.program
+    assert res.after["ops"] < res.before["ops"] and any(s.startswith("dead code:") for s in res.steps)
+
+
+def test_a_few_queries_are_enough_to_drop_the_outputs_the_bug_does_not_need(pool):
+    """The graph pass tries outputs before nodes: with a budget of a handful of queries (a slow
+    machine's minute) a pack still loses the members that do not hold the bug."""
+    from nnforge.generator.pack import pack_cases
+
+    guilty = _generated_with("sin")
+    others = [c for c in (generate_case(GeneratorConfig(seed=s, ops=OPS, n_nodes=6))[0] for s in range(200, 240))
+              if "sin" not in c.meta["ops"]][:3]
+    packed = pack_cases([others[0], others[1], guilty, others[2]])
+    verdict, case = _check(pool, packed, "faulty_crash:sin")
+    res = Reducer(pool, "faulty_crash:sin", max_queries=6).reduce(case, verdict)
+    assert res.verified and "sin" in op_names(res.case), res.steps
+    from nnforge.triage.reducer import case_size
+
+    assert res.after["ops"] <= case_size(guilty)["ops"], (res.steps, res.case.program)

@@ -220,6 +220,61 @@ def without_statements(case: TestCase, keep: list[int], removable: list[int], re
     return edit.to_case(case)
 
 
+def without_dead_code(case: TestCase) -> TestCase | None:
+    """`case` without what nothing reads: forward's assignments whose names no later statement or
+    the return reads, then module-level classes and functions no one names. None if nothing goes.
+
+    Reduction passes stop at their budget, often right after dropping the outputs that made such
+    lines live; this is one more candidate, cheap to test, so a report never shows dead lines.
+    Only side-effect-free lines go: a plain name target and calls to no module-level definition,
+    no in-place method (`x.add_()`), no `out=`, nothing the program defined itself."""
+    edit = Edit.of(case)
+    body = edit.forward.body
+    if not body or not isinstance(body[-1], ast.Return):
+        return None
+    own = {n.name for n in edit.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+    live = _loads([body[-1]])
+    kept: list[ast.stmt] = [body[-1]]
+    for stmt in reversed(body[:-1]):
+        if _dead_assignment(stmt, live, own):
+            continue
+        kept.append(stmt)
+        live |= _loads([stmt])
+    edit.forward.body = kept[::-1]
+    while True:  # a definition only a dropped one named goes too
+        named = {n.id for n in ast.walk(edit.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        unused = [n for n in edit.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                  and n.name not in ("Model", "make_inputs") and n.name not in named
+                  and not n.decorator_list]
+        if not unused:
+            break
+        edit.tree.body = [n for n in edit.tree.body if all(n is not u for u in unused)]
+    edit.tidy()
+    cand = edit.to_case(case)
+    return None if cand.program == case.program else cand
+
+
+def _dead_assignment(stmt: ast.stmt, live: set[str], own: set[str]) -> bool:
+    if not isinstance(stmt, ast.Assign):
+        return False
+    targets = [e for t in stmt.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    if not all(isinstance(t, ast.Name) for t in targets) or {t.id for t in targets} & live:
+        return False
+    for n in ast.walk(stmt.value):
+        if isinstance(n, (ast.Lambda, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+            return False
+        if isinstance(n, ast.Call):
+            f = n.func
+            if isinstance(f, ast.Name) and (f.id in own or f.id in ("print", "exec", "eval", "setattr", "delattr")):
+                return False
+            if isinstance(f, ast.Attribute) and (f.attr.endswith("_") and not f.attr.endswith("__")
+                                                 or f.attr in ("manual_seed", "seed", "backward")):
+                return False
+            if any(k.arg == "out" for k in n.keywords):
+                return False
+    return True
+
+
 def output_count(case: TestCase) -> int:
     ret = Edit.of(case).return_tuple()
     return 0 if ret is None else len(ret.elts)

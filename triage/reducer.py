@@ -3,15 +3,16 @@
 Passes, in order, each delta debugging over one kind of part (see ddmin.py):
 
 1. `calls`: the invocation sequence, fewest calls that still show the bug;
-2. `graph`: the generator graph's nodes, then its outputs (graph_reduce.py), for cases whose
-   program is still their graph's materialisation;
+2. `graph`: the generator graph's outputs (the guilty output's cone), its nodes, then the
+   outputs left (graph_reduce.py), for cases whose program is still their graph's materialisation;
 3. `statements`, `outputs`, `expressions`, `keywords`, `literals`: the program's syntax tree
    (program_reduce.py), for any program.
 
 Every candidate is judged by the oracle on the one target, in a worker, with a time limit, and
 accepted only when `same_bug` holds against the verdict being preserved (interesting.py).
 Answers are cached by the candidate's content hash. When the query limit or the time budget
-runs out the best case so far is kept; the final case is always checked once more.
+runs out the best case so far is kept; the final case is always checked once more, first
+without the lines nothing reads (a pass cut short by the budget leaves them behind).
 """
 
 from __future__ import annotations
@@ -196,6 +197,20 @@ class _Run:
         return False
 
     def verify(self, original: TestCase, verdict: Verdict) -> tuple[TestCase, Verdict, bool]:
+        """The final check, on the best case without its dead code when that still shows the bug
+        (one query more, whatever the budget left: a pass cut short leaves such lines behind)."""
+        try:
+            cleaned = pr.without_dead_code(self.current)
+        except pr.NotAProgram:
+            cleaned = None
+        if cleaned is not None:
+            got = self.query(cleaned, force=True)
+            if got is not None and same_bug(self.ref, got[0]):
+                a, b = case_size(self.current), case_size(cleaned)
+                self.current = cleaned
+                self.steps.append(f"dead code: ops {a['ops']}->{b['ops']}, lines {a['lines']}->{b['lines']}")
+                self.steps.append("verified: the reduced case shows the same bug")
+                return cleaned, got[0], True
         got = self.query(self.current, force=True)
         if got is not None and same_bug(self.ref, got[0]):
             self.steps.append("verified: the reduced case shows the same bug")
@@ -269,6 +284,15 @@ class _Run:
         recorded = rec[0]
         q0 = self.queries
         node_ids = [n.id for n in graph.nodes]
+        if len(graph.outputs) > 1:  # outputs first: a few queries drop the chains the bug does not need,
+            everything = set(node_ids)  # which node-by-node search would spend its budget on
+
+            def cone_test(keep: list[int]) -> bool:
+                return self.interesting(gr.graph_case(base, graph, gr.subgraph(graph, everything, keep), recorded))
+
+            chosen = ddmin(list(graph.outputs), cone_test)
+            if len(chosen) < len(graph.outputs):
+                node_ids = [n.id for n in gr.subgraph(graph, everything, chosen).nodes]
 
         def nodes_test(keep: list[int]) -> bool:
             return self.interesting(gr.graph_case(base, graph, gr.subgraph(graph, set(keep)), recorded))
