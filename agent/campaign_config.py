@@ -66,7 +66,7 @@ class CampaignConfig:
     value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
-    pack: int = 4  # generator programs per torch.compile seed test (generator/pack.py; core/settings.py)
+    pack: int = 2  # generator programs per torch.compile seed test (generator/pack.py; core/settings.py)
     gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0

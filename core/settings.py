@@ -58,11 +58,13 @@ class Settings(BaseSettings):
     backward_share: float = Field(0.2, ge=0.0, le=1.0)
     # Generator programs packed into one torch.compile test (generator/pack.py): fixed costs
     # (tracing, AOTAutograd, the wrapper's compile and its C++ compiler run, loading, the worker
-    # round trip) paid once for this many programs. Seed-only campaigns on 2 workers (the way
-    # tests really run: every core busy) judged 1.5x the programs per minute of k = 1 at k = 4,
-    # 1.25-1.5x those of k = 2 in paired runs, and no more at k = 8, whose findings take the
-    # reducer longer.
-    pack: int = Field(4, ge=1, le=16)
+    # round trip) paid once for this many programs. Seed-only campaigns on 2 workers judged 1.5x
+    # the programs per minute of k = 1 at k = 4, 1.25-1.5x those of k = 2, no more at k = 8. Yet
+    # in the default mix k = 4 did not make a seed program cheaper (3.45 worker-s vs 3.32 at k = 2,
+    # 20-minute campaigns, bench/results/stop30) and, since the scheduler picks seed or mutant per
+    # test, it moved worker time from mutants and backward tests to seeds (backward tests halved,
+    # and with them the gradient findings). So the default stays 2.
+    pack: int = Field(2, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of
