@@ -347,15 +347,15 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
 @pytest.mark.slow
 def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(tmp_path):
     # every graph disagrees (faulty_perturb without an op), so findings wait for a reduction from
-    # the first tests on, and the reserve (the last 50 of 60 s) begins as soon as one is recorded
+    # the first tests on, and the reserve (the last 34 of 40 s) begins as soon as one is recorded
     out = tmp_path / "camp"
-    res = _campaign("--budget", "60s", "--targets", "faulty_perturb", "--workers", "2", "--nodes", "4",
-                    "--llm", "none", "--triage-budget-s", "20", "--plain", "-o", str(out),
-                    env={"NNFORGE_TRIAGE_RESERVE_S": "50", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85"})
+    res = _campaign("--budget", "40s", "--targets", "faulty_perturb", "--workers", "2", "--nodes", "4",
+                    "--llm", "none", "--triage-budget-s", "15", "--plain", "-o", str(out),
+                    env={"NNFORGE_TRIAGE_RESERVE_S": "34", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85"})
     assert res.returncode == 0, res.stdout + res.stderr
     said = [ln for ln in res.stdout.splitlines() if "s left: triage finishes" in ln]
     assert said and "tests go on on 1 of 2 workers" in said[0], res.stdout
-    reserve_from = 60 - float(said[0].split(" s left:")[0].split()[-1])
+    reserve_from = 40 - float(said[0].split(" s left:")[0].split()[-1])
     # a faulty_perturb test takes a second or two: one with a verdict 10 s into the reserve started in it
     later = _query(out, "SELECT COUNT(*) FROM tests WHERE elapsed_s > ?", (reserve_from + 10,))[0][0]
     assert later >= 2, (reserve_from, later, res.stdout)
