@@ -29,6 +29,9 @@ from nnforge.core.calls import CallStep
 from nnforge.core.testcase import TestCase
 
 
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
 class NotAProgram(ValueError):
     """The program lacks `class Model` with `forward` or `def make_inputs()`."""
 
@@ -226,13 +229,13 @@ def without_dead_code(case: TestCase) -> TestCase | None:
 
     Reduction passes stop at their budget, often right after dropping the outputs that made such
     lines live; this is one more candidate, cheap to test, so a report never shows dead lines.
-    Only side-effect-free lines go: a plain name target and calls to no module-level definition,
-    no in-place method (`x.add_()`), no `out=`, nothing the program defined itself."""
+    Only lines without side effects go: plain name targets, and no call of the program's own
+    definitions, of an in-place method (`x.add_()`) or with `out=`."""
     edit = Edit.of(case)
     body = edit.forward.body
     if not body or not isinstance(body[-1], ast.Return):
         return None
-    own = {n.name for n in edit.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+    own = {n.name for n in edit.tree.body if isinstance(n, _DEFINITIONS)}
     live = _loads([body[-1]])
     kept: list[ast.stmt] = [body[-1]]
     for stmt in reversed(body[:-1]):
@@ -243,9 +246,8 @@ def without_dead_code(case: TestCase) -> TestCase | None:
     edit.forward.body = kept[::-1]
     while True:  # a definition only a dropped one named goes too
         named = {n.id for n in ast.walk(edit.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        unused = [n for n in edit.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                  and n.name not in ("Model", "make_inputs") and n.name not in named
-                  and not n.decorator_list]
+        unused = [n for n in edit.tree.body if isinstance(n, _DEFINITIONS) and not n.decorator_list
+                  and n.name not in named and n.name not in ("Model", "make_inputs")]
         if not unused:
             break
         edit.tree.body = [n for n in edit.tree.body if all(n is not u for u in unused)]
@@ -363,7 +365,7 @@ def _first_read(body: list[ast.stmt], name: str) -> int:
 def _module_names(tree: ast.Module) -> set[str]:
     out: set[str] = set()
     for n in tree.body:
-        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+        if isinstance(n, _DEFINITIONS):
             out.add(n.name)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             out |= {(a.asname or a.name.split(".")[0]) for a in n.names}
