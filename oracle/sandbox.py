@@ -408,6 +408,12 @@ class _Worker:
                 raise _WorkerDied("timeout")
             readable, _, _ = select.select([fd], [], [], min(_POLL_S, deadline - now))
             if not readable:
+                # A dead worker's pipe reaches EOF only once every process holding it is gone: a
+                # child it started (a program's subprocess, a compile worker) keeps it open, and the
+                # death would read as a timeout a whole call later. Whatever it wrote before it died
+                # is still read first.
+                if self.proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
+                    raise _WorkerDied("exited", "its child processes still held the reply pipe")
                 continue
             if body is None:
                 chunk = os.read(fd, HEADER.size - len(header))

@@ -539,8 +539,9 @@ def test_children_do_not_outlive_a_worker_that_dies_in_the_same_call(make_pool):
     """Orphans of a dead worker are reparented to init: only a mark they inherit finds them."""
     scratch = Path(tempfile.mkdtemp(prefix="nnforge-test-"))
     pool = make_pool()
-    out = run(pool, ESCAPE_THEN_DIE, "main", str(scratch / "pids"))
-    assert out.status == "segfault" or not out.ok, out
+    out = run(pool, ESCAPE_THEN_DIE, "main", str(scratch / "pids"), timeout_s=60)
+    # the orphans hold the reply pipe open: the death is still seen at once, not as a timeout
+    assert not out.ok and out.status != "timeout" and out.elapsed_s < 20, out
     pids = [int(p) for p in (scratch / "pids").read_text().split()]
     assert len(pids) == 2
     _assert_all_gone(pids)
