@@ -263,8 +263,8 @@ class Campaign:
         if cfg.backward_share == 0:  # forward only: no training mutants either
             categories = [c for c in categories if c != TRAINING]
         self.offline = offline
-        self.scheduler = Scheduler(list(self.sources), categories if cfg.mutate_prob > 0 else [], cfg.targets,
-                                   prior=history_prior(history_dirs), mutate_prob=cfg.mutate_prob, seed=cfg.seed,
+        self.scheduler = Scheduler(list(self.sources), categories if cfg.mutant_share > 0 else [], cfg.targets,
+                                   prior=history_prior(history_dirs), mutant_share=cfg.mutant_share, seed=cfg.seed,
                                    categories_for=categories_for_target,
                                    value_bins=value_bin_families() if cfg.value_bins else ())
         state = self.store.get_json("scheduler_state")
@@ -329,6 +329,7 @@ class Campaign:
             if mutant is None:
                 self.counters.mutate_failed += 1
                 self.scheduler.reward(arm, 0.0)  # the arm could not make a test from this seed
+                self.scheduler.missed(arm)
                 return None
             case = mutant
             mutator_name = str(mutant.meta.get("mutator") or arm.category)
@@ -351,6 +352,7 @@ class Campaign:
                           source=arm.source, mutator=mutator_name, category=arm.category, arm=arm.key,
                           seed_no=seed_no, t_generate=round(t_gen, 4), t_mutate=round(t_mut, 4))
         self.store.enqueue(test)
+        self.scheduler.made(arm)
         self.next_test_no += 1
         self.counters.made += 1
         return test, case
@@ -440,6 +442,7 @@ class Campaign:
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
         self.scheduler.reward_bin(drawn, 1.0 if new else 0.0)
+        self.scheduler.timed(Arm.from_key(test.arm), done.wall_s)
         if new:
             self.counters.novel += 1
             self.last_new = time.monotonic()

@@ -49,7 +49,7 @@ class CampaignConfig:
     workers: int = 2
     llm: str = "none"
     seeds: tuple[str, ...] = ("generator",)  # "generator", "history:DIR"
-    mutate_prob: float = 0.5
+    mutant_share: float = 0.55  # of the workers' test time (agent/scheduler.py)
     nodes: int = 8
     seed: int = 0  # first generator seed and the scheduler's random seed
     triage: bool = True
@@ -81,6 +81,8 @@ class CampaignConfig:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "CampaignConfig":
         known = {f for f in cls.__dataclass_fields__}
+        if "mutate_prob" in d and "mutant_share" not in d:  # a campaign started before the split was by time
+            d["mutant_share"] = d["mutate_prob"]
         d = {k: v for k, v in d.items() if k in known}
         d["targets"], d["seeds"] = tuple(d.get("targets", ())), tuple(d.get("seeds", ()))
         return cls(**d)

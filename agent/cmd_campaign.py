@@ -68,7 +68,9 @@ def campaign(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="The campaign folder (new)."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
     seeds: str = typer.Option("generator", "--seeds", help="Seed sources: generator[,history:DIR]."),
-    mutate_prob: float = typer.Option(0.5, "--mutate-prob", help="Share of tests that are mutants (the rest: plain seeds)."),
+    mutant_share: float = typer.Option(0.55, "--mutant-share", "--mutate-prob",
+                                       help="Share of the workers' test time spent on mutants (the rest: plain "
+                                            "generator programs); 0: no mutants. --mutate-prob is its old name."),
     nodes: int = typer.Option(8, "--nodes", help="Operators per generated program."),
     seed: int = typer.Option(0, "--seed", help="First generator seed; also seeds the scheduler."),
     triage: bool = typer.Option(True, "--triage/--no-triage", help="Reduce and cluster findings as they come."),
@@ -133,8 +135,8 @@ def campaign(
         fail(f"--executor {executor!r}: use local or ray")
     if workers < 1:
         fail("--workers must be at least 1")
-    if not 0.0 <= mutate_prob <= 1.0:
-        fail("--mutate-prob must be between 0 and 1")
+    if not 0.0 <= mutant_share <= 1.0:
+        fail("--mutant-share must be between 0 and 1")
     if backward_share is not None and not 0.0 <= backward_share <= 1.0:
         fail("--backward-share must be between 0 and 1")
     if pack is not None and not 1 <= pack <= 16:
@@ -148,7 +150,7 @@ def campaign(
             fail("--budget is required for a new campaign (e.g. --budget 8h)")
         cfg = CampaignConfig(
             out=str(output), budget_s=float(budget_s), targets=_split(targets), workers=workers, llm=llm,
-            seeds=_split(seeds), mutate_prob=mutate_prob, nodes=nodes, seed=seed, triage=triage,
+            seeds=_split(seeds), mutant_share=mutant_share, nodes=nodes, seed=seed, triage=triage,
             triage_budget_s=triage_budget_s, executor=executor, address=address, coverage=coverage,
             timeout_s=float(timeout) if timeout is not None else settings.worker_timeout_s,
             memory_mb=settings.worker_memory_mb, value_search_budget_ms=settings.value_search_budget_ms,

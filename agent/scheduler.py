@@ -26,8 +26,15 @@ Value bins (oracle/value_bins.py: all-positive values, ties, constants, ...) are
 independent bandit with the same reward: each test draws its arm and then its value bin, so the
 campaign learns which kinds of values find new behaviour without multiplying the arms.
 
-`--mutate-prob` splits tests between plain seeds and mutants before the bandit picks among the
-arms of that kind, so the share of mutants is a setting, not something the bandit can drift away from.
+`--mutant-share` splits the workers' time between plain seeds and mutants before the bandit picks
+among the arms of that kind, so the mix is a setting, not something the bandit can drift away from.
+It is a share of worker seconds, not of tests: a mutant costs two to four plain programs (its calls
+recompile, and stateful cases compare three ways), and a seed test's cost moves with the pack size
+and backward share, so a share of tests would silently hand mutants' time to seeds whenever seed
+tests got heavier (at pack 4 the mutants' share fell from 58% to 39% of test time). The split is
+kept by deficit: the next test is a mutant when the mutants' share of the time so far (tests made,
+each at its kind's mean cost of the tests judged) is below the setting. Until both kinds have a
+measured cost they are assumed to cost the same.
 
 The state (every arm's α, β, pulls, rewards, and the behaviours seen) is JSON, saved in the
 store's meta table and restored on resume; `summary()` is what the status panel and the
@@ -42,6 +49,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 SEED = "seed"  # the "category" of an arm that runs seeds unmutated
+MUTANT = "mutant"  # the kind of every other arm's tests (for the time split)
+MAX_MISSES = 5  # mutants that could not be made in a row before the split falls back to chance
 PRIOR_WEIGHT = 4.0
 DISCOUNT = 0.99
 
@@ -94,13 +103,13 @@ class Scheduler:
     """Thompson sampling over `arms`; `pick` chooses, `reward` learns, `to_json` persists."""
 
     def __init__(self, sources: Iterable[str], categories: Iterable[str], targets: Iterable[str], *,
-                 prior: dict[str, float] | None = None, mutate_prob: float = 0.5, seed: int = 0,
+                 prior: dict[str, float] | None = None, mutant_share: float = 0.55, seed: int = 0,
                  discount: float = DISCOUNT, categories_for: Callable[[str], Iterable[str]] | None = None,
                  value_bins: Iterable[str] = ()):
         self.sources = list(sources)
         self.categories = list(categories)
         self.targets = list(targets)
-        self.mutate_prob = float(mutate_prob)
+        self.mutant_share = float(mutant_share)
         self.discount = discount
         self.prior = dict(prior or {})
         self.rng = random.Random(seed)
@@ -114,18 +123,60 @@ class Scheduler:
         self.bins: dict[str, ArmState] = {b: ArmState(alpha0=1.0) for b in value_bins}
         self.seen: set[str] = set()  # behaviours seen: signature digests, "gb:<reason>", ...
         self.covered_lines = 0
+        # per kind ("seed", "mutant"): [tests made, tests judged, worker seconds of those judged]
+        self.cost: dict[str, list[float]] = {SEED: [0, 0, 0.0], MUTANT: [0, 0, 0.0]}
+        self._misses = 0  # mutants asked for in a row that no mutator could make
 
     # -- choosing -----------------------------------------------------------------------------------
     def pick(self, *, mutate: bool | None = None, exclude: Iterable[str] = ()) -> Arm:
-        """The next arm. `mutate` None: a mutant with probability `mutate_prob`."""
+        """The next arm. `mutate` None: whichever kind keeps the worker time at `mutant_share`."""
         if mutate is None:
-            mutate = bool(self.categories) and self.rng.random() < self.mutate_prob
+            mutate = self.mutant_next()
         banned = set(exclude)
         keys = [k for k in self.arms if (Arm.from_key(k).mutates == mutate) and k not in banned]
         if not keys:
             keys = [k for k in self.arms if k not in banned] or list(self.arms)
         best = max(keys, key=lambda k: self.arms[k].sample(self.rng))
         return Arm.from_key(best)
+
+    def mutant_next(self) -> bool:
+        """Whether the next test should be a mutant, to keep the mutants' share of worker time."""
+        if not self.categories or self.mutant_share <= 0.0:
+            return False
+        if self.mutant_share >= 1.0:
+            return True
+        if self._misses >= MAX_MISSES:  # mutants cannot be made now: the share is kept by chance alone
+            return self.rng.random() < self.mutant_share
+        seed_s, mutant_s = self.spent_s()
+        if seed_s + mutant_s <= 0.0:
+            return self.rng.random() < self.mutant_share
+        return mutant_s / (seed_s + mutant_s) < self.mutant_share
+
+    def spent_s(self) -> tuple[float, float]:
+        """(seed, mutant) worker seconds so far, estimated: the tests made of each kind (in flight
+        too) times the mean cost of that kind's judged tests (the other kind's, or 1 s, until known)."""
+        means = {k: (c[2] / c[1] if c[1] else None) for k, c in self.cost.items()}
+        known = [m for m in means.values() if m is not None]
+        fallback = sum(known) / len(known) if known else 1.0
+        return tuple(self.cost[k][0] * (means[k] if means[k] is not None else fallback)  # type: ignore[return-value]
+                     for k in (SEED, MUTANT))
+
+    def made(self, arm: Arm) -> None:
+        """A test of `arm` was made (it counts toward its kind's time from now on)."""
+        self.cost[_kind(arm)][0] += 1
+        if arm.mutates:
+            self._misses = 0
+
+    def missed(self, arm: Arm) -> None:
+        """A mutant of `arm` was asked for and none could be made."""
+        if arm.mutates:
+            self._misses += 1
+
+    def timed(self, arm: Arm, seconds: float) -> None:
+        """A test of `arm` was judged in `seconds` of worker time."""
+        c = self.cost[_kind(arm)]
+        c[1] += 1
+        c[2] += max(float(seconds), 0.0)
 
     def pick_bin(self) -> str | None:
         """The value bin of the next test (None when the campaign draws values one way only)."""
@@ -156,7 +207,8 @@ class Scheduler:
 
     # -- persistence and reporting --------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"policy": "thompson-beta", "discount": self.discount, "mutate_prob": self.mutate_prob,
+        return {"policy": "thompson-beta", "discount": self.discount, "mutant_share": self.mutant_share,
+                "cost": {k: [int(c[0]), int(c[1]), round(c[2], 3)] for k, c in self.cost.items()},
                 "prior": self.prior, "covered_lines": self.covered_lines, "seen": sorted(self.seen),
                 "rng": _rng_state(self.rng),
                 "arms": {k: [s.alpha0, s.beta0, s.alpha, s.beta, s.pulls, s.rewards] for k, s in self.arms.items()},
@@ -174,6 +226,9 @@ class Scheduler:
                 _a0, _b0, alpha, beta, pulls, rewards = vals
                 state = self.bins[key]
                 state.alpha, state.beta, state.pulls, state.rewards = float(alpha), float(beta), int(pulls), int(rewards)
+        for kind, vals in (data.get("cost") or {}).items():
+            if kind in self.cost and isinstance(vals, list) and len(vals) == 3:
+                self.cost[kind] = [int(vals[0]), int(vals[1]), float(vals[2])]
         self.seen = set(data.get("seen") or ())
         self.covered_lines = int(data.get("covered_lines") or 0)
         if data.get("rng") is not None:
@@ -189,6 +244,10 @@ class Scheduler:
                 for k, s in self.arms.items()]
         rows.sort(key=lambda r: (r["pulls"] == 0, -r["mean"], -r["pulls"], r["arm"]))
         return rows[:top]
+
+
+def _kind(arm: Arm) -> str:
+    return MUTANT if arm.mutates else SEED
 
 
 def _rng_state(rng: random.Random) -> list[Any]:

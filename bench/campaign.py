@@ -4,7 +4,7 @@ Two runs on the same machine, one after the other (never at the same time, so th
 for cores), each for the same loop budget (--minutes; --nnsmith-minutes for NNSmith's):
 
 1. NNForge: `nnforge campaign --targets inductor --nodes 10 --workers 2 --llm none --plain
-   --budget B` (plus `--pack K`, `--mutate-prob P`, `--backward-share S` and `--no-triage` when
+   --budget B` (plus `--pack K`, `--mutant-share P`, `--backward-share S` and `--no-triage` when
    given, `--coverage` when asked: NNSmith's side has no coverage figure). Its detailed figures
    follow (stages, clusters, worker RSS over time, ...), read from its store, with where its
    workers' seconds went: per kind of test (plain programs, mutants, each with or without a
@@ -52,7 +52,7 @@ How each figure is measured, for both tools alike:
     .venv/bin/python bench/campaign.py                                   # 30 + 30 minutes
     .venv/bin/python bench/campaign.py --minutes 2 --nnsmith-minutes 2   # a short check
     .venv/bin/python bench/campaign.py --minutes 10 --pack 4             # NNForge packs 4 programs a test
-    .venv/bin/python bench/campaign.py --minutes 10 --mutate-prob 0 --backward-share 0 --no-triage
+    .venv/bin/python bench/campaign.py --minutes 10 --mutant-share 0 --backward-share 0 --no-triage
                                                          # NNForge on plain programs only, as NNSmith's loop
     .venv/bin/python bench/campaign.py --setup-only                      # only make NNSmith HEAD's venv
     .venv/bin/python bench/campaign.py --only nnsmith --nnsmith-minutes 3
@@ -313,7 +313,8 @@ def run_nnforge(out: Path, args: argparse.Namespace, cap: int) -> tuple[Side, bo
         coverage = False
     if coverage:
         cmd.append("--coverage")
-    mix = (("--pack", args.pack), ("--mutate-prob", args.mutate_prob), ("--backward-share", args.backward_share),
+    share_flag = "--mutant-share" if "--mutant-share" in help_text else "--mutate-prob"  # its old name (a share of tests)
+    mix = (("--pack", args.pack), (share_flag, args.mutant_share), ("--backward-share", args.backward_share),
            ("--no-triage", True if args.no_triage else None))
     for flag, value in mix:
         if value is None:
@@ -677,8 +678,9 @@ def main() -> None:
     ap.add_argument("--targets", default="inductor", help="NNForge's targets (default inductor, as NNSmith's pt2)")
     ap.add_argument("--nodes", type=int, default=10, help="operators per model, both tools (default 10)")
     ap.add_argument("--pack", type=int, default=None, help="passed to `nnforge campaign --pack K`")
-    ap.add_argument("--mutate-prob", type=float, default=None,
-                    help="passed to `nnforge campaign` (0: plain generator programs only, as NNSmith runs)")
+    ap.add_argument("--mutant-share", "--mutate-prob", type=float, default=None,
+                    help="passed to `nnforge campaign` (0: plain generator programs only, as NNSmith runs; "
+                         "a checkout older than --mutant-share gets it as --mutate-prob)")
     ap.add_argument("--backward-share", type=float, default=None, help="passed to `nnforge campaign`")
     ap.add_argument("--no-triage", action="store_true", help="`nnforge campaign --no-triage` (NNSmith triages nothing)")
     ap.add_argument("--coverage", action="store_true", help="NNForge's campaign with compiler line coverage")

@@ -101,18 +101,56 @@ def test_a_held_lock_names_its_holder_and_is_released_when_the_holder_dies(tmp_p
 
 
 def test_the_scheduler_favours_arms_that_showed_new_behaviour_and_round_trips_through_json():
-    s = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutate_prob=1.0, seed=3)
+    s = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutant_share=1.0, seed=3)
     good = Arm("generator", "I1", "ort")
     for _ in range(30):
         s.reward(good, 1.0)
         s.reward(Arm("generator", "B1", "inductor"), 0.0)
     picks = [s.pick().key for _ in range(200)]
     assert picks.count(good.key) > 120
-    assert all(Arm.from_key(k).category != SEED for k in picks)  # mutate_prob 1: mutants only
+    assert all(Arm.from_key(k).category != SEED for k in picks)  # mutant_share 1: mutants only
     assert s.novel(["sig:a", "sig:b"]) == ["sig:a", "sig:b"] and s.novel(["sig:a"]) == []
-    again = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutate_prob=1.0, seed=3)
+    again = Scheduler(["generator"], ["B1", "I1"], ["inductor", "ort"], mutant_share=1.0, seed=3)
     again.restore(json.loads(json.dumps(s.to_json())))
     assert again.to_json() == s.to_json()
+
+
+def test_the_mutant_share_is_a_share_of_worker_time_whatever_each_kind_costs():
+    """Mutants cost three times a seed test here: a share of tests (one in two) would give them 75% of
+    the time; the split by time gives them what was asked, and a cost that changes mid-way (a bigger
+    pack) moves the count of tests, not the time."""
+    s = Scheduler(["generator"], ["B1", "G2"], ["inductor"], mutant_share=0.5, seed=7)
+    cost = {False: 2.0, True: 6.0}
+    spent = {False: 0.0, True: 0.0}
+    for i in range(400):
+        if i == 200:
+            cost[False] = 4.0  # seed tests got twice as heavy
+        arm = s.pick()
+        s.made(arm)
+        s.timed(arm, cost[arm.mutates])
+        spent[arm.mutates] += cost[arm.mutates]
+    assert abs(spent[True] / (spent[True] + spent[False]) - 0.5) < 0.05, spent
+    restored = Scheduler(["generator"], ["B1", "G2"], ["inductor"], mutant_share=0.5, seed=7)
+    restored.restore(json.loads(json.dumps(s.to_json())))
+    assert restored.cost == s.cost and restored.spent_s() == s.spent_s()  # a resumed campaign keeps the split
+
+
+def test_when_no_mutant_can_be_made_the_split_falls_back_to_chance_and_seeds_go_on():
+    s = Scheduler(["generator"], ["B1"], ["inductor"], mutant_share=0.9, seed=1)
+    seed_arm = Arm("generator", SEED, "inductor")
+    s.made(seed_arm)
+    s.timed(seed_arm, 1.0)  # the seeds are far ahead of their share: every pick asks for a mutant
+    kinds = []
+    for _ in range(60):
+        arm = s.pick()
+        kinds.append(arm.mutates)
+        if arm.mutates:
+            s.missed(arm)  # no mutator could rewrite the seed
+        else:
+            s.made(arm)
+            s.timed(arm, 1.0)
+    assert all(kinds[:5]) and not all(kinds[5:])  # five misses in a row, then seeds are made again
+    assert Scheduler(["generator"], [], ["inductor"], mutant_share=0.9).mutant_next() is False  # no categories
 
 
 # -- slow: real campaigns ----------------------------------------------------------------------------------------
@@ -306,7 +344,7 @@ def test_graph_breaks_and_recompiles_reach_the_result_the_scheduler_the_store_an
     # the scheduler is paid for a reason it has not seen, once
     found = behaviours_of(result, case)
     assert any(b.startswith("gb:") and "print" in b for b in found) and any(b.startswith("rc:") for b in found)
-    sched = Scheduler(["generator"], [], ["aot_eager"], mutate_prob=0.0, seed=0)
+    sched = Scheduler(["generator"], [], ["aot_eager"], mutant_share=0.0, seed=0)
     assert sched.novel(found) and not sched.novel(behaviours_of(result, case)) and not behaviours_of(quiet, plain)
 
     # stored with the test, and the reports list the top reasons
@@ -364,7 +402,7 @@ def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(t
 def test_onnx_targets_get_backend_category_arms_only():
     from nnforge.agent.campaign_config import categories_for_target
 
-    s = Scheduler(["generator"], ["A1", "G2", "I1", "I2"], ["inductor", "ort"], mutate_prob=1.0, seed=0,
+    s = Scheduler(["generator"], ["A1", "G2", "I1", "I2"], ["inductor", "ort"], mutant_share=1.0, seed=0,
                   categories_for=categories_for_target)
     arms = {(a.category, a.target) for a in map(Arm.from_key, s.arms)}
     assert {("A1", "inductor"), ("G2", "inductor"), ("I1", "inductor"), ("I1", "ort"), ("I2", "ort")} <= arms

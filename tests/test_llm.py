@@ -395,7 +395,7 @@ def test_a_campaign_with_an_endpoint_that_never_answers_keeps_its_budget_and_its
            "NNFORGE_LLM_CACHE_DIR": str(tmp_path / "llm")}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "nnforge.agent.cli", "campaign", "--budget", "40s", "--targets", "eager",
-                        "--workers", "1", "--llm", "openai", "--mutate-prob", "1.0", "--nodes", "4", "--no-triage",
+                        "--workers", "1", "--llm", "openai", "--mutant-share", "1.0", "--nodes", "4", "--no-triage",
                         "--plain", "-o", str(out)], capture_output=True, text=True, env=env, timeout=300)
     wall = time.monotonic() - t0
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
