@@ -49,7 +49,7 @@ class CampaignConfig:
     workers: int = 2
     llm: str = "none"
     seeds: tuple[str, ...] = ("generator",)  # "generator", "history:DIR"
-    mutant_share: float = 0.55  # of the workers' test time (agent/scheduler.py)
+    mutant_share: float = 0.5  # of the workers' test time (agent/scheduler.py)
     nodes: int = 8
     seed: int = 0  # first generator seed and the scheduler's random seed
     triage: bool = True

@@ -68,7 +68,7 @@ def campaign(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="The campaign folder (new)."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the campaign in this folder."),
     seeds: str = typer.Option("generator", "--seeds", help="Seed sources: generator[,history:DIR]."),
-    mutant_share: float = typer.Option(0.55, "--mutant-share", "--mutate-prob",
+    mutant_share: float = typer.Option(0.5, "--mutant-share", "--mutate-prob",
                                        help="Share of the workers' test time spent on mutants (the rest: plain "
                                             "generator programs); 0: no mutants. --mutate-prob is its old name."),
     nodes: int = typer.Option(8, "--nodes", help="Operators per generated program."),

@@ -103,7 +103,7 @@ class Scheduler:
     """Thompson sampling over `arms`; `pick` chooses, `reward` learns, `to_json` persists."""
 
     def __init__(self, sources: Iterable[str], categories: Iterable[str], targets: Iterable[str], *,
-                 prior: dict[str, float] | None = None, mutant_share: float = 0.55, seed: int = 0,
+                 prior: dict[str, float] | None = None, mutant_share: float = 0.5, seed: int = 0,
                  discount: float = DISCOUNT, categories_for: Callable[[str], Iterable[str]] | None = None,
                  value_bins: Iterable[str] = ()):
         self.sources = list(sources)

@@ -63,7 +63,10 @@ class Settings(BaseSettings):
     # in the default mix k = 4 did not make a seed program cheaper (3.45 worker-s vs 3.32 at k = 2,
     # 20-minute campaigns, bench/results/stop30) and, since the scheduler picks seed or mutant per
     # test, it moved worker time from mutants and backward tests to seeds (backward tests halved,
-    # and with them the gradient findings). So the default stays 2.
+    # and with them the gradient findings). The split is now by worker time (--mutant-share), so
+    # the mix no longer moves; yet with it, k = 4 still judged fewer programs per minute than k = 2
+    # (18.2 vs 24.3, 20-minute campaigns, bench/results/stop31): mutants beside a pack-4 compile
+    # took 1.3-1.5x longer each. So the default stays 2.
     pack: int = Field(2, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to

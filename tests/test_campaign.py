@@ -135,6 +135,14 @@ def test_the_mutant_share_is_a_share_of_worker_time_whatever_each_kind_costs():
     assert restored.cost == s.cost and restored.spent_s() == s.spent_s()  # a resumed campaign keeps the split
 
 
+def test_a_campaign_stored_with_the_old_mutate_prob_resumes_with_it_as_its_mutant_share():
+    from nnforge.agent.campaign_config import CampaignConfig
+
+    old = {k: v for k, v in CampaignConfig(out="x", budget_s=60.0).to_json().items() if k != "mutant_share"}
+    assert CampaignConfig.from_json({**old, "mutate_prob": 0.3}).mutant_share == 0.3
+    assert CampaignConfig.from_json(old).mutant_share == 0.5  # neither: the default
+
+
 def test_when_no_mutant_can_be_made_the_split_falls_back_to_chance_and_seeds_go_on():
     s = Scheduler(["generator"], ["B1"], ["inductor"], mutant_share=0.9, seed=1)
     seed_arm = Arm("generator", SEED, "inductor")
