@@ -440,9 +440,10 @@ class Campaign:
                                                value_bin=drawn, value_bin_kept=_bin_kept(case, verdict),
                                                calls_kind=calls_kind(case), programs=programs_in(case))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
-        self.scheduler.reward(Arm.from_key(test.arm), 1.0 if new else 0.0)
+        arm = Arm.from_key(test.arm)
+        self.scheduler.reward(arm, 1.0 if new else 0.0)
         self.scheduler.reward_bin(drawn, 1.0 if new else 0.0)
-        self.scheduler.timed(Arm.from_key(test.arm), done.wall_s)
+        self.scheduler.timed(arm, done.wall_s)
         if new:
             self.counters.novel += 1
             self.last_new = time.monotonic()

@@ -145,10 +145,9 @@ class Scheduler:
             return False
         if self.mutant_share >= 1.0:
             return True
-        if self._misses >= MAX_MISSES:  # mutants cannot be made now: the share is kept by chance alone
-            return self.rng.random() < self.mutant_share
         seed_s, mutant_s = self.spent_s()
-        if seed_s + mutant_s <= 0.0:
+        if self._misses >= MAX_MISSES or seed_s + mutant_s <= 0.0:
+            # mutants cannot be made now, or nothing is spent yet: the share is kept by chance alone
             return self.rng.random() < self.mutant_share
         return mutant_s / (seed_s + mutant_s) < self.mutant_share
 
@@ -158,8 +157,11 @@ class Scheduler:
         means = {k: (c[2] / c[1] if c[1] else None) for k, c in self.cost.items()}
         known = [m for m in means.values() if m is not None]
         fallback = sum(known) / len(known) if known else 1.0
-        return tuple(self.cost[k][0] * (means[k] if means[k] is not None else fallback)  # type: ignore[return-value]
-                     for k in (SEED, MUTANT))
+
+        def spent(kind: str) -> float:
+            mean = means[kind]
+            return self.cost[kind][0] * (fallback if mean is None else mean)
+        return spent(SEED), spent(MUTANT)
 
     def made(self, arm: Arm) -> None:
         """A test of `arm` was made (it counts toward its kind's time from now on)."""
