@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     # and with them the gradient findings). The split is now by worker time (--mutant-share), so
     # the mix no longer moves; yet with it, k = 4 still judged fewer programs per minute than k = 2
     # (18.2 vs 24.3, 20-minute campaigns, bench/results/stop31): mutants beside a pack-4 compile
-    # took 1.3-1.5x longer each. So the default stays 2.
+    # took 1.2-1.6x longer each. So the default stays 2.
     pack: int = Field(2, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
