@@ -8,7 +8,9 @@ side, `--repeat` times each:
 
 - the kernel as Inductor compiles it (with its precompiled header);
 - an empty translation unit with the same flags and header: the fixed cost of one compile;
-- the kernel and the empty unit without the precompiled header.
+- the kernel and the empty unit without the precompiled header;
+- the kernel without `-g1` (the line tables Inductor asks for unless
+  `AOT_INDUCTOR_ENABLE_LINE_TABLES=0`): what debug information costs a fuzzer that never reads it.
 
     .venv/bin/python bench/cxx_cost.py --programs 4 --repeat 5
 
@@ -93,7 +95,8 @@ def _variants(command: str, work: Path) -> dict[str, list[str]]:
 
     on_empty = [str(empty) if a == source else a for a in args]
     return {"kernel, precompiled header": args, "empty unit, precompiled header": on_empty,
-            "kernel, no precompiled header": without_header(args), "empty unit, no precompiled header": without_header(on_empty)}
+            "kernel, no precompiled header": without_header(args), "empty unit, no precompiled header": without_header(on_empty),
+            "kernel, precompiled header, no -g1": [a for a in args if a != "-g1"]}
 
 
 def main() -> int:
