@@ -81,7 +81,7 @@ def _timed(cmd: list[str], repeat: int) -> float:
 
 
 def _variants(command: str, work: Path) -> dict[str, list[str]]:
-    """The kernel command, and the same with an empty source and/or without the header."""
+    """The kernel command, the same with an empty source and/or without the header, and without `-g1`."""
     args = shlex.split(command)
     source = next(a for a in args if a.endswith(".cpp"))
     out = args.index("-o")
