@@ -91,7 +91,7 @@ def campaign(
                                                         "NNFORGE_BACKWARD_SHARE, 0.2)."),
     pack: Optional[int] = typer.Option(None, "--pack", help="Generator programs judged together in one "
                                                             "torch.compile test (generator/pack.py; default: "
-                                                            "NNFORGE_PACK, 2)."),
+                                                            "NNFORGE_PACK, 4)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "

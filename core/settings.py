@@ -59,15 +59,13 @@ class Settings(BaseSettings):
     # Generator programs packed into one torch.compile test (generator/pack.py): fixed costs
     # (tracing, AOTAutograd, the wrapper's compile and its C++ compiler run, loading, the worker
     # round trip) paid once for this many programs. Seed-only campaigns on 2 workers judged 1.5x
-    # the programs per minute of k = 1 at k = 4, 1.25-1.5x those of k = 2, no more at k = 8. Yet
-    # in the default mix k = 4 did not make a seed program cheaper (3.45 worker-s vs 3.32 at k = 2,
-    # 20-minute campaigns, bench/results/stop30) and, since the scheduler picks seed or mutant per
-    # test, it moved worker time from mutants and backward tests to seeds (backward tests halved,
-    # and with them the gradient findings). The split is now by worker time (--mutant-share), so
-    # the mix no longer moves; yet with it, k = 4 still judged fewer programs per minute than k = 2
-    # (18.2 vs 24.3, 20-minute campaigns, bench/results/stop31): mutants beside a pack-4 compile
-    # took 1.2-1.6x longer each. So the default stays 2.
-    pack: int = Field(2, ge=1, le=16)
+    # the programs per minute of k = 1 at k = 4, 1.25-1.5x those of k = 2, no more at k = 8. In
+    # the default mix k = 4 first lost to k = 2 (18.2 vs 24.3 programs/min, bench/results/stop31):
+    # mutants beside a pack-4 compile took 1.2-1.6x longer each. That was Inductor's compile pool,
+    # one compile process per core in every worker; with the cores shared out among the workers
+    # (oracle/sandbox.py, TORCHINDUCTOR_COMPILE_THREADS) k = 4 judged 1.2-1.44x the programs per
+    # minute of the old default, mutants not slower (bench/results/stop32, mix-*.txt).
+    pack: int = Field(4, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

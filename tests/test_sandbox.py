@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nnforge.oracle.sandbox import PoolClosedError, WorkerOutcome, WorkerPool, scrubbed_environ
+from nnforge.oracle.sandbox import (PoolClosedError, WorkerOutcome, WorkerPool, compile_threads_per_worker,
+                                   scrubbed_environ, usable_cores)
 
 EXEC = "nnforge.oracle.worker:exec_program"
 REPO = Path(__file__).resolve().parents[1]
@@ -153,6 +154,37 @@ def test_scrubbing_keeps_ordinary_variables():
     env = scrubbed_environ({"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "AWS_REGION": "x",
                             "HF_HOME": "/hf", "DB_PASSWORD": "p", "MY_SECRET_THING": "s", "OMP_NUM_THREADS": "1"})
     assert env == {"PATH": "/bin", "HOME": "/h", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+
+
+INDUCTOR_THREADS = """
+import torch._inductor.config as inductor_config
+
+def main():
+    return inductor_config.compile_threads
+"""
+
+
+def test_compile_threads_split_the_cores_among_workers():
+    assert compile_threads_per_worker(2, cores=2) == 1
+    assert compile_threads_per_worker(1, cores=2) == 2
+    assert compile_threads_per_worker(4, cores=16) == 4
+    assert compile_threads_per_worker(3, cores=2) == 1  # never 0: Inductor then compiles in-process
+
+
+def test_each_worker_runs_its_share_of_the_cores_in_inductor_compile_threads(make_pool, monkeypatch):
+    """Two workers must not each start a compile pool as wide as the machine (oversubscription)."""
+    monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
+    pool = make_pool(size=2)
+    out = run(pool, INDUCTOR_THREADS)
+    assert out.status == "ok", out.traceback
+    assert out.value == max(1, usable_cores() // 2)
+
+
+def test_a_users_inductor_compile_threads_win(make_pool, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "3")
+    out = run(make_pool(size=2), INDUCTOR_THREADS)
+    assert out.status == "ok", out.traceback
+    assert out.value == 3
 
 
 def test_child_runs_in_its_own_temp_dir_removed_at_close(make_pool):
