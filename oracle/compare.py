@@ -326,6 +326,12 @@ _INDEX_OPS = {"argmax": "extreme", "argmin": "extreme", "max": "extreme_dim", "m
 # (x * 0 for a negative x, a masked row filled with zeros one way or the other), so what they
 # compute from a zero or NaN there is unspecified.
 _SIGN_READERS = {"copysign": 1, "signbit": 0, "atan2": 0}
+# Ops that convert a float operand (position) into an integer result. C and C++ leave a float ->
+# integer conversion of NaN, of an infinity or of a value whose truncation the integer type cannot
+# hold undefined; PyTorch's kernels use a plain cast, so eager gives the most negative integer on
+# x86 while a compiler's vectorised code may saturate, wrap or give 0. What is computed from such
+# a conversion is unspecified.
+_INT_CONVERTERS = {"_to_copy": 0, "to": 0, "copy_": 1, "copy": 1}
 
 
 @dataclass(frozen=True)
@@ -350,7 +356,8 @@ class TieRecorder:
     forward as they were produced get a mask; `masks_for(out)` maps output paths to masks.
     An index output that saw a tie also taints whatever is computed from it: such an output is
     `Unspecified` (constant and tied value bins make these common); so does an op that read the
-    sign bit of a zero or a NaN (`_SIGN_READERS`). Also notes whether any random op ran
+    sign bit of a zero or a NaN (`_SIGN_READERS`), and a float -> integer conversion of a value
+    the integer type cannot hold (`_INT_CONVERTERS`). Also notes whether any random op ran
     (`used_rng`).
     """
 
@@ -392,6 +399,11 @@ class TieRecorder:
         if self._tainted and any(self._is_tainted(a) for a in _tensor_leaves((args, kwargs))):
             for o in _tensor_leaves(out):
                 self._taint(o)
+        src_at = _INT_CONVERTERS.get(func.overloadpacket.__name__)
+        if src_at is not None and len(args) > src_at and _undefined_int_conversion(args[src_at], out):
+            for o in _tensor_leaves(out):
+                self._taint(o)
+            return
         sign_at = _SIGN_READERS.get(func.overloadpacket.__name__)
         if sign_at is not None and len(args) > sign_at and isinstance(args[sign_at], torch.Tensor) \
                 and args[sign_at].is_floating_point():
@@ -479,6 +491,20 @@ class TieRecorder:
             elif m is None and self._is_tainted(leaf):
                 masks[path] = Unspecified()
         return masks
+
+
+def _undefined_int_conversion(src: Any, out: Any) -> bool:
+    """Whether converting the float tensor `src` into the integer tensor `out` met a value C
+    leaves undefined: NaN, an infinity, or one whose truncation lies outside `out`'s dtype."""
+    import torch
+
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor) or not src.is_floating_point() \
+            or out.is_floating_point() or out.is_complex() or out.dtype == torch.bool or src.numel() == 0:
+        return False
+    info = torch.iinfo(out.dtype)
+    t = src.detach().to(torch.float64).trunc()  # NaN and infinities stay what they are
+    inside = (t >= float(info.min)) & (t < float(info.max) + 1.0)  # both bounds are exact in float64
+    return not bool(inside.all())
 
 
 def _tensor_leaves(tree: Any) -> list[Any]:

@@ -182,6 +182,34 @@ def test_what_is_computed_from_unspecified_indices_is_not_compared_and_the_rest_
     assert not compare_outputs(out, (*other_order[:2], x * 3, out[3]), tie_masks=masks).ok
 
 
+def test_what_is_computed_from_an_undefined_float_to_int_conversion_is_not_compared():
+    """A cluster 'bfloat16 -> int32: eager INT_MIN, compiled 0' was an out-of-range conversion,
+    which C leaves undefined: eager wraps 300.0 into int8 as 44, Inductor's vectorised code
+    saturates it to 127. Such results are unspecified; in-range conversions stay compared."""
+    import torch
+
+    from nnforge.oracle.compare import TieRecorder, Unspecified, compare_outputs
+
+    def f(x):
+        return x.to(torch.int8) + 1
+
+    x = torch.tensor([300.0, -3.5, 1.5, float("nan"), 7.0, -900.0, 2.0])
+    with TieRecorder() as rec:
+        eager = (f(x), x.nan_to_num(0.0).abs().clamp(max=100.0).to(torch.int8), x.to(torch.bool))
+    compiled = (torch.compile(f, backend="inductor", fullgraph=True)(x), eager[1], eager[2])
+    assert not torch.equal(eager[0], compiled[0]), "torch 2.13's vectorised cast saturates, eager's wraps"
+    masks = rec.masks_for(eager)
+    assert masks == {"[0]": Unspecified()}  # the clamped conversion and the bool one are defined
+    assert compare_outputs(eager, compiled, tie_masks=masks).ok
+    assert not compare_outputs(eager, (compiled[0], eager[1] + 1, eager[2]), tie_masks=masks).ok
+    with TieRecorder() as rec:
+        inside = (x.clamp(-100.0, 100.0).nan_to_num(0.0).to(torch.int32), x.nan_to_num(0.0).to(torch.float16).to(torch.int64))
+    assert rec.masks_for(inside) == {}  # in range (int64 holds 300 and -900; NaN -> int64 is not, see next)
+    with TieRecorder() as rec:
+        nan_cast = torch.tensor([float("nan")]).to(torch.int64)
+    assert rec.masks_for(nan_cast) == {"": Unspecified()}
+
+
 def test_a_passing_top_rung_is_the_only_rung_run_and_a_failing_one_is_blamed_by_the_ladder(pool):
     ok = Oracle(pool, ["aot_eager"]).check(TestCase(program=SMALL)).verdicts[0]
     assert ok.symptom is Symptom.PASS
