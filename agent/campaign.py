@@ -583,6 +583,8 @@ class Campaign:
                     self.display.event(isolation)
                 self._load_export_table(pool)
                 reason = self._loop()
+                if reason == "budget":
+                    self._triage_after_budget()
             finally:
                 if self.triage is not None:
                     self.triage.stop(wait_s=3.0)
@@ -746,6 +748,35 @@ class Campaign:
         """Findings wait for a reduction and the budget's end is within the triage reserve."""
         return (self.triage is not None and self.triage.is_alive() and bool(self.triage.backlog or self.triage.current)
                 and self.cfg.budget_s - self.elapsed() <= self.cfg.triage_reserve_s)
+
+    def _triage_after_budget(self) -> None:
+        """A test the triage reserve let run can record a finding in the budget's last seconds, with
+        no time left to reduce it; it would wait for `nnforge triage` and miss the morning list (a
+        stop-35 campaign's last finding was a bug of its own). Triage finishes the findings that
+        need a reduction, for at most `triage_after_s` (the triage reserve unless
+        NNFORGE_TRIAGE_AFTER_BUDGET_S says otherwise); Ctrl-C stops it, and what is left still waits."""
+        from nnforge.triage.pipeline import attach_target
+
+        triage = self.triage
+        cap = self.cfg.triage_after_s
+        if triage is None or not triage.is_alive() or cap <= 0:
+            return
+        per_key = self.cfg.triage_per_key
+        needs = {f.finding_id for f in self.store.new_findings()
+                 if not (f.pkey and attach_target(self.store, f, f.pkey, per_key) is not None)}
+        if not needs:
+            return
+        self.display.event(f"budget spent: triage finishes {len(needs)} finding(s) recorded at its end "
+                           f"(at most {cap:.0f} s more; Ctrl-C leaves them for `nnforge triage`)")
+        triage.wake()
+        deadline = time.monotonic() + cap
+        while not self._stop.is_set() and triage.is_alive() and time.monotonic() < deadline:
+            if not needs & {f.finding_id for f in self.store.new_findings()}:
+                return
+            time.sleep(0.5)
+        left = len(needs & {f.finding_id for f in self.store.new_findings()})
+        if left:
+            self.display.event(f"{left} finding(s) still wait for triage: `nnforge triage {self.out}`")
 
     def _finish(self, reason: str) -> CampaignOutcome:
         files: dict[str, str] = {}

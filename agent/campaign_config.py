@@ -58,6 +58,7 @@ class CampaignConfig:
     triage_per_key: int = 2  # findings of one provisional key reduced; the rest attach
     triage_workers: int = 1  # triage threads: each holds at most one of the shared workers at a time
     triage_reserve_s: float = 0.0  # end of the budget kept for triage while findings wait for a reduction
+    triage_after_s: float = 0.0  # past the budget, for findings recorded as it ended (agent/campaign.py)
     executor: str = "local"
     address: str | None = None
     coverage: bool = False  # measure torch's compiler packages in the workers (slower tests)

@@ -148,6 +148,7 @@ def campaign(
     else:
         if budget_s is None:
             fail("--budget is required for a new campaign (e.g. --budget 8h)")
+        reserve_s = min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s))
         cfg = CampaignConfig(
             out=str(output), budget_s=float(budget_s), targets=_split(targets), workers=workers, llm=llm,
             seeds=_split(seeds), mutant_share=mutant_share, nodes=nodes, seed=seed, triage=triage,
@@ -159,7 +160,8 @@ def campaign(
             pack=settings.pack if pack is None else pack,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
-            triage_reserve_s=min(settings.triage_reserve_s, settings.triage_reserve_share * float(budget_s)))
+            triage_reserve_s=reserve_s,
+            triage_after_s=reserve_s if settings.triage_after_budget_s is None else settings.triage_after_budget_s)
         run = Campaign(cfg, display=display)
     from nnforge.core.settings import describe_sources, env_files
 

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     triage_workers: int = Field(1, ge=1)
     triage_reserve_s: float = Field(300.0, ge=0)
     triage_reserve_share: float = Field(0.25, ge=0, le=0.9)
+    # seconds past the budget a campaign may triage findings recorded as it ended (None: the reserve,
+    # so a campaign runs at most its triage reserve longer than its budget)
+    triage_after_budget_s: float | None = Field(None, ge=0)
 
     # Campaigns: refuse to start with less free disk space than this (MB) in the campaign folder.
     campaign_min_free_mb: int = Field(200, ge=0)

@@ -407,6 +407,24 @@ def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(t
     assert later >= 2, (reserve_from, later, res.stdout)
 
 
+@pytest.mark.slow
+def test_findings_recorded_as_the_budget_ends_are_triaged_before_the_campaign_ends(tmp_path):
+    # no triage reserve and a short budget: both workers test until the end, so the findings wait
+    # for a reduction when the budget is spent; a crash on sin or cos is one key each: their first
+    # two findings are reduced, the rest attach
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "12s", "--targets", "faulty_crash:sin|cos", "--workers", "2", "--nodes", "4",
+                    "--llm", "none", "--triage-budget-s", "8", "--mutant-share", "0", "--plain", "-o", str(out),
+                    env={"NNFORGE_TRIAGE_RESERVE_S": "0", "NNFORGE_TRIAGE_AFTER_BUDGET_S": "90"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = [ln for ln in res.stdout.splitlines() if "budget spent: triage finishes" in ln]
+    assert said and "at most 90 s more" in said[0], res.stdout
+    statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
+    assert statuses.get("new", 0) == 0 and statuses.get("triaged", 0) >= 1, (statuses, res.stdout)
+    summary = (out / "summary.md").read_text()
+    assert "## Waiting for triage" not in summary and "## Unique bugs" in summary
+
+
 def test_onnx_targets_get_backend_category_arms_only():
     from nnforge.agent.campaign_config import categories_for_target
 
