@@ -55,6 +55,7 @@ from nnforge.agent.scheduler import Arm, Scheduler
 from nnforge.agent.status import StatusDisplay, StatusSnapshot
 from nnforge.core.backward import differentiable
 from nnforge.generator.pack import pack_cases, programs_in
+from nnforge.mutators.pack import NotPackable, pack_mutants, packable
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
 
@@ -333,6 +334,10 @@ class Campaign:
                 return None
             case = mutant
             mutator_name = str(mutant.meta.get("mutator") or arm.category)
+            if self.cfg.pack_mutants > 1 and not is_onnx_target(arm.target) and packable(mutant) is None:
+                t2 = time.perf_counter()
+                case = self._mutant_pack(mutant, arm, source)
+                t_mut += time.perf_counter() - t2
         if (self.cfg.backward_share > 0 and not is_onnx_target(arm.target) and not any(c.backward for c in case.calls)
                 and self.rng.random() < self.cfg.backward_share and differentiable(case.program)):
             case = case.with_(calls=tuple(c.with_backward() for c in case.calls))
@@ -356,6 +361,28 @@ class Campaign:
         self.next_test_no += 1
         self.counters.made += 1
         return test, case
+
+    def _mutant_pack(self, first: TestCase, arm: Arm, source: Any) -> TestCase:
+        """`first` and up to `pack_mutants - 1` more single-call mutants of the arm's category, on
+        seeds of their own, in one test (mutators/pack.py); `first` alone when no other packs with it."""
+        members = [first]
+        for _ in range(2 * (self.cfg.pack_mutants - 1)):
+            if len(members) >= self.cfg.pack_mutants:
+                break
+            try:
+                other = self._mutate(source.draw(arm.target, self.rng)[0], arm.category, arm.target)
+            except Exception as e:
+                if _is_disk_full(e):
+                    raise
+                continue
+            if other is not None and other.calls == first.calls and packable(other) is None:
+                members.append(other)
+        if len(members) == 1:
+            return first
+        try:
+            return pack_mutants(members)
+        except NotPackable:  # two members import different things under one name
+            return first
 
     def _mutate(self, case: TestCase, category: str, target: str) -> TestCase | None:
         """A mutant of `case` in `category` that the target's export gate (if it has one) lets through."""

@@ -68,6 +68,7 @@ class CampaignConfig:
     value_bins: bool = True  # each test's values from a bin the scheduler picks (oracle/value_bins.py)
     backward_share: float = 0.2  # torch.compile tests whose calls also run a backward (core/backward.py)
     pack: int = 2  # generator programs per torch.compile seed test (generator/pack.py; core/settings.py)
+    pack_mutants: int = 1  # single-call mutants per torch.compile mutant test (mutators/pack.py)
     gate_check: bool = True  # ort/tvm programs pass the export gate on the probe worker first (agent/export_gate.py)
     min_free_mb: int = 200
     stats_every_s: float = 10.0

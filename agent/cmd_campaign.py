@@ -92,6 +92,10 @@ def campaign(
     pack: Optional[int] = typer.Option(None, "--pack", help="Generator programs judged together in one "
                                                             "torch.compile test (generator/pack.py; default: "
                                                             "NNFORGE_PACK, 4)."),
+    pack_mutants: Optional[int] = typer.Option(None, "--pack-mutants",
+                                               help="Single-call mutants judged together in one torch.compile "
+                                                    "test (mutators/pack.py; sequences, graph-break and random "
+                                                    "rewrites run alone; default: NNFORGE_PACK_MUTANTS, 4)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "
@@ -141,6 +145,8 @@ def campaign(
         fail("--backward-share must be between 0 and 1")
     if pack is not None and not 1 <= pack <= 16:
         fail("--pack must be between 1 and 16")
+    if pack_mutants is not None and not 1 <= pack_mutants <= 16:
+        fail("--pack-mutants must be between 1 and 16")
     display = StatusDisplay(console, live=False if plain else None)
     if resume is not None:
         run = Campaign.resume(resume, budget_s=budget_s, display=display,
@@ -158,6 +164,7 @@ def campaign(
             value_bins=settings.value_bins if value_bins is None else value_bins, gate_check=gate_check,
             backward_share=settings.backward_share if backward_share is None else backward_share,
             pack=settings.pack if pack is None else pack,
+            pack_mutants=settings.pack_mutants if pack_mutants is None else pack_mutants,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
             triage_reserve_s=reserve_s,

@@ -314,7 +314,8 @@ def run_nnforge(out: Path, args: argparse.Namespace, cap: int) -> tuple[Side, bo
     if coverage:
         cmd.append("--coverage")
     share_flag = "--mutant-share" if "--mutant-share" in help_text else "--mutate-prob"  # its old name (a share of tests)
-    mix = (("--pack", args.pack), (share_flag, args.mutant_share), ("--backward-share", args.backward_share),
+    mix = (("--pack", args.pack), ("--pack-mutants", args.pack_mutants), (share_flag, args.mutant_share),
+           ("--backward-share", args.backward_share),
            ("--no-triage", True if args.no_triage else None))
     for flag, value in mix:
         if value is None:
@@ -323,7 +324,7 @@ def run_nnforge(out: Path, args: argparse.Namespace, cap: int) -> tuple[Side, bo
             side.notes.append(f"this `nnforge campaign` has no {flag} option: not passed")
             continue
         cmd += [flag] if value is True else [flag, str(value)]
-        if flag != "--pack":
+        if flag not in ("--pack", "--pack-mutants"):
             side.notes.append(f"ran with {flag}{'' if value is True else ' ' + str(value)}: not the default mix")
     hard = args.minutes * 60 + args.startup_allowance * 60
     side.run = launch(cmd, env=dict(os.environ), log=out.parent / f"{out.name}.log", cap_bytes=cap, hard_limit_s=hard)
@@ -678,6 +679,7 @@ def main() -> None:
     ap.add_argument("--targets", default="inductor", help="NNForge's targets (default inductor, as NNSmith's pt2)")
     ap.add_argument("--nodes", type=int, default=10, help="operators per model, both tools (default 10)")
     ap.add_argument("--pack", type=int, default=None, help="passed to `nnforge campaign --pack K`")
+    ap.add_argument("--pack-mutants", type=int, default=None, help="passed to `nnforge campaign --pack-mutants K`")
     ap.add_argument("--mutant-share", "--mutate-prob", type=float, default=None,
                     help="passed to `nnforge campaign` (0: plain generator programs only, as NNSmith runs; "
                          "a checkout older than --mutant-share gets it as --mutate-prob)")

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of tests whose calls also run a backward (default: the campaign's own; 0: forward only)")
     ap.add_argument("--pack", type=int, default=None,
                     help="generator programs per torch.compile seed test (default: the campaign's own; 1: unpacked)")
+    ap.add_argument("--pack-mutants", type=int, default=None,
+                    help="single-call mutants per torch.compile mutant test (default: the campaign's own; 1: alone)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows of faults already judged under --out with the same budget and targets")
     ap.add_argument("--max-rerun", type=int, default=40,

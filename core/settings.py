@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # (oracle/sandbox.py, TORCHINDUCTOR_COMPILE_THREADS) k = 4 judged 1.2-1.44x the programs per
     # minute of the old default, mutants not slower (bench/results/stop32, mix-*.txt).
     pack: int = Field(4, ge=1, le=16)
+    # Single-call mutants packed into one torch.compile test (mutators/pack.py): members are renamed
+    # apart and run side by side in one forward; a finding is unpacked to its member by the reducer.
+    # Rewrites about graph breaks or random draws, and invocation sequences, always run alone.
+    pack_mutants: int = Field(4, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

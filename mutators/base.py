@@ -44,6 +44,9 @@ class Mutator(ABC):
     category: ClassVar[str] = ""
     needs: ClassVar[tuple[str, ...]] = ()  # what the program must have, in words (shown by `nnforge mutators`)
     uses_probe: ClassVar[bool] = False
+    # Whether its single-call mutants may share a test with others (mutators/pack.py): False where
+    # the rewrite's point is a graph break or a random draw, which a pack would change or dilute.
+    packable: ClassVar[bool] = True
 
     @property
     def summary(self) -> str:

@@ -477,6 +477,7 @@ class SeededRandomness(AnchorRule):
 
     name = "k1_random_ops"
     category = "K1"
+    packable = False  # a pack would move or dilute what it tests
     needs = ("a float tensor in forward",)
 
     VARIANTS = {

@@ -290,6 +290,7 @@ class ScalarRoundTrip(AnchorRule):
 
     name = "d1_scalar_roundtrip"
     category = "D1"
+    packable = False  # a pack would move or dilute what it tests
     needs = ("a float tensor in forward",)
 
     def rewrite(self, tree, anchor, rng, case):
@@ -620,6 +621,7 @@ class GraphBreaks(AnchorRule):
 
     name = "h1_graph_breaks"
     category = "H1"
+    packable = False  # a pack would move or dilute what it tests
     needs = ("a float tensor in forward",)
 
     VARIANTS = {

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from nnforge.agent.campaign_config import parse_budget
+from nnforge.agent.campaign_config import CampaignConfig, parse_budget
 from nnforge.agent.cli import _register_commands, app
 from nnforge.agent.lock import CampaignLock, CampaignLocked
 from nnforge.agent.scheduler import SEED, Arm, Scheduler
+from nnforge.core.testcase import TestCase
 from nnforge.oracle.value_bins import FAMILIES
 
 _register_commands()
@@ -136,8 +137,6 @@ def test_the_mutant_share_is_a_share_of_worker_time_whatever_each_kind_costs():
 
 
 def test_a_campaign_stored_with_the_old_mutate_prob_resumes_with_it_as_its_mutant_share():
-    from nnforge.agent.campaign_config import CampaignConfig
-
     old = {k: v for k, v in CampaignConfig(out="x", budget_s=60.0).to_json().items() if k != "mutant_share"}
     assert CampaignConfig.from_json({**old, "mutate_prob": 0.3}).mutant_share == 0.3
     assert CampaignConfig.from_json(old).mutant_share == 0.5  # neither: the default
@@ -218,6 +217,40 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert all(k == "forward" for t, k in kinds if t == "ort")  # ONNX targets stay forward-only
     assert {k for _, k in kinds} <= {"forward", "forward + backward"}
     assert set(json.loads(meta["scheduler_state"])["bins"]) == set(FAMILIES)
+
+
+def test_single_call_mutants_of_one_arm_share_a_test_and_sequences_run_alone(tmp_path):
+    """--pack-mutants k: a single-call mutant is packed with up to k - 1 more of its arm's category
+    (mutators/pack.py); invocation sequences and graph-break or random rewrites stay alone."""
+    from nnforge.agent.campaign import Campaign
+    from nnforge.mutators.base import all_mutators
+
+    def tests(out: str, k: int) -> list:
+        cfg = CampaignConfig(out=out, budget_s=60.0, targets=["inductor"], llm="none", mutant_share=1.0,
+                             pack_mutants=k, nodes=6, backward_share=0.0, seed=5)
+        run = Campaign(cfg)
+        run._open()
+        try:
+            return [got for got in (run._next_test() for _ in range(24)) if got is not None]
+        finally:
+            if run._probe_pool is not None:
+                run._probe_pool.close()
+            run.store.close()
+            run.lock.release()
+
+    made = tests(str(tmp_path / "packed"), 3)
+    packs = [(t, c) for t, c in made if c.meta.get("pack_members")]
+    assert len(packs) >= len(made) // 3, [t.mutator for t, _ in made]
+    offline = all_mutators()
+    for test, case in packs:
+        members = case.meta["pack_members"]
+        assert 2 <= len(members) <= 3 and len(case.calls) == 1 and case.meta["pack"]
+        assert {offline[m["meta"]["mutator"]].category for m in members} == {test.category}
+        assert all(offline[m["meta"]["mutator"]].packable for m in members)
+        assert TestCase.load(test.folder).meta["pack_members"] == members  # saved with the test
+    assert all(len(c.calls) == 1 for t, c in made if c.meta.get("pack_members"))
+    assert any(len(c.calls) > 1 for _, c in made)  # sequences were made, and alone
+    assert not any(c.meta.get("pack_members") for _, c in tests(str(tmp_path / "alone"), 1))
 
 
 @pytest.mark.slow

@@ -153,7 +153,35 @@ def test_a_pack_reduces_to_the_member_that_holds_the_bug(pool):
     assert len(res.case.program.splitlines()) < len(guilty.program.splitlines())  # less than one member is left
 
 
+def test_a_mutant_pack_is_unpacked_to_the_member_that_holds_the_bug(pool):
+    """Mutants pack by text (mutators/pack.py): the reducer's first pass tries each member alone
+    on its slice of the pack's values, before any other pass."""
+    import random
+
+    from nnforge.mutators.base import get_mutator
+    from nnforge.mutators.pack import pack_mutants
+
+    closures = get_mutator("e1_globals_closures")
+    def mutant(case):
+        return closures.mutate(case, random.Random(0), None)
+    guilty = mutant(_generated_with("sin"))
+    others = [mutant(c) for c in (generate_case(GeneratorConfig(seed=s, ops=OPS, n_nodes=6))[0] for s in range(100, 130))
+              if "sin" not in c.meta["ops"] and closures.applicable(c)][:2]
+    packed = pack_mutants([others[0], guilty, others[1]])
+    verdict, case = _check(pool, packed, "faulty_crash:sin")
+    assert verdict.symptom is Symptom.CRASH
+    res = Reducer(pool, "faulty_crash:sin", passes=("members",)).reduce(case, verdict)
+    assert res.verified and res.case.meta["unpacked_from"] == case.case_id  # the member, perhaps less its dead lines
+    assert "_p1_" not in res.case.program and "class Model" in res.case.program and "sin" in op_names(res.case)
+    assert any(step.startswith("members: member 1 of 3 alone") for step in res.steps)
+    assert res.case.inputs is not None and len(res.case.inputs) < len(case.inputs)
+
+
 DEAD_LINES = """import torch
+import collections
+import math
+_Pair = collections.namedtuple("_Pair", ["lo", "hi"])
+_SCALE = math.pi
 
 
 class _Helper:
@@ -172,7 +200,7 @@ class Model(torch.nn.Module):
         c = torch.maximum(a, b)
         z.add_(1)
         s = _scale(y)
-        return (a,)
+        return (a * _SCALE,)
 
 
 def make_inputs():
@@ -186,6 +214,8 @@ def test_lines_nothing_reads_go_but_side_effects_and_own_calls_stay():
     cleaned = without_dead_code(TestCase(program=DEAD_LINES, inputs=(1, 2, 3)))
     src = cleaned.program
     assert "cos" not in src and "maximum" not in src and "_Helper" not in src, src  # dead lines, and a class no one names
+    assert "_Pair" not in src and "collections" not in src, src  # a module-level name no one reads, then its import
+    assert "_SCALE = math.pi" in src and "import math" in src and "import torch" in src, src
     assert "z.add_(1)" in src and "s = _scale(y)" in src and "def _scale" in src, src  # may have effects: kept
     assert without_dead_code(cleaned) is None  # nothing left to drop
 

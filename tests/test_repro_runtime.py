@@ -53,6 +53,25 @@ def test_rounding_no_worse_than_eager_against_float64_is_not_a_bug() -> None:
     assert rt.repro_compare("output", eager, compiled, exact) is None
 
 
+def test_nan_where_eager_and_float64_agree_on_it_is_a_bug_however_nan_fools_dynamos_same() -> None:
+    # Softshrink of NaN: eager and float64 propagate it, Inductor's comparisons give 0 (a real
+    # stop-36 finding whose repro.py exited 0 because `same` passes anything once its float64
+    # reference holds a NaN).
+    nan = float("nan")
+    eager = torch.tensor([nan, 0.5, nan, 1.25])
+    compiled = torch.tensor([0.0, 0.5, 0.0, 1.25])
+    problem = rt.repro_compare("call 0, output", eager, compiled, eager.double())
+    assert problem == "call 0, output, leaf 0: 2 of 4 positions differ in NaN/Inf (first at (0,): expected nan, got 0.0)"
+    # eager overflowed where float64 did not and the compiled value sides with float64: not a bug
+    exact = torch.tensor([1e39, 2.0], dtype=torch.float64)
+    assert rt.repro_compare("output", torch.tensor([float("inf"), 2.0]), torch.tensor([3.4e38, 2.0]),
+                            exact) is not None  # 3.4e38 is not float64's 1e39
+    assert rt.repro_compare("output", torch.tensor([float("inf"), 2.0]), torch.tensor([float("inf"), 2.0]),
+                            exact) is None
+    assert rt.repro_compare("output", torch.tensor([nan, 2.0]), torch.tensor([1.0, 2.0]),
+                            torch.tensor([1.0, 2.0], dtype=torch.float64)) is None
+
+
 def test_main_exits_1_on_a_wrong_compiled_result_and_0_on_a_right_one(script: pytest.MonkeyPatch,
                                                                           capsys: pytest.CaptureFixture) -> None:
     script.setattr(rt, "repro_target", lambda model: (lambda x: model(x) + 0.25, lambda: None))

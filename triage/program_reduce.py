@@ -244,16 +244,26 @@ def without_dead_code(case: TestCase) -> TestCase | None:
         kept.append(stmt)
         live |= _loads([stmt])
     edit.forward.body = kept[::-1]
-    while True:  # a definition only a dropped one named goes too
+    while True:  # a definition, module-level name or import only a dropped one named goes too
         named = {n.id for n in ast.walk(edit.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         unused = [n for n in edit.tree.body if isinstance(n, _DEFINITIONS) and not n.decorator_list
-                  and n.name not in named and n.name not in ("Model", "make_inputs")]
+                  and n.name not in named and n.name not in ("Model", "make_inputs")
+                  or isinstance(n, ast.Assign) and _dead_assignment(n, named, own)
+                  or _unused_import(n, named)]
         if not unused:
             break
         edit.tree.body = [n for n in edit.tree.body if all(n is not u for u in unused)]
     edit.tidy()
     cand = edit.to_case(case)
     return None if cand.program == case.program else cand
+
+
+def _unused_import(stmt: ast.stmt, named: set[str]) -> bool:
+    """An import none of whose names is read (the header's `torch` and `F` stay: every report has them)."""
+    if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or any(a.name == "*" for a in stmt.names):
+        return False
+    bound = {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    return not bound & (named | {"torch", "F"})
 
 
 def _dead_assignment(stmt: ast.stmt, live: set[str], own: set[str]) -> bool:

@@ -2,6 +2,8 @@
 
 Passes, in order, each delta debugging over one kind of part (see ddmin.py):
 
+0. `members`: a pack of mutants (mutators/pack.py) becomes the one member that shows the bug
+   alone on its slice of the pack's values, when one does;
 1. `calls`: the invocation sequence, fewest calls that still show the bug;
 2. `graph`: the generator graph's outputs (the guilty output's cone), its nodes, then the
    outputs left (graph_reduce.py), for cases whose program is still their graph's materialisation;
@@ -24,20 +26,23 @@ from typing import Any, Callable, Iterable
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
+from nnforge.mutators.pack import unpack
 from nnforge.triage import graph_reduce as gr
 from nnforge.triage import program_reduce as pr
 from nnforge.triage.canonical import program_ops
 from nnforge.triage.ddmin import ddmin
 from nnforge.triage.interesting import same_bug, why_not
 
-PASSES = ("calls", "graph", "statements", "outputs", "expressions", "keywords", "literals")
+PASSES = ("members", "calls", "graph", "statements", "outputs", "expressions", "keywords", "literals")
 RECORD = "nnforge.triage.intermediates:record"
 
 
 def case_size(case: TestCase) -> dict[str, int]:
     """ops (operators in forward), lines (non-blank program lines), calls (invocation sequence)."""
     lines = sum(1 for line in case.program.splitlines() if line.strip() and not line.strip().startswith("#"))
-    return {"ops": len(program_ops(case.program)), "lines": lines, "calls": len(case.calls)}
+    members = case.meta.get("pack_members") or [{"program": case.program}]  # a pack's forward calls its members
+    ops = sum(len(program_ops(m["program"])) for m in members)
+    return {"ops": ops, "lines": lines, "calls": len(case.calls)}
 
 
 _SIZE_NOUNS = (("ops", "operator"), ("lines", "line"), ("calls", "call"))
@@ -162,7 +167,7 @@ class _Run:
     def __init__(self, reducer: Reducer, verdict: Verdict):
         self.r = reducer
         self.ref = verdict
-        self.start = time.monotonic()
+        self.start = self.budget_start = time.monotonic()
         self.queries = 0
         self.cache_hits = 0
         self.cache: dict[str, tuple[Verdict, TestCase] | None] = {}
@@ -179,7 +184,7 @@ class _Run:
         if not force:
             if self.queries >= self.r.max_queries:
                 raise _OutOfBudget("queries")
-            if time.monotonic() - self.start >= self.r.time_budget_s:
+            if time.monotonic() - self.budget_start >= self.r.time_budget_s:
                 raise _OutOfBudget("time")
         self.queries += 1
         result = self.r.oracle.check(cand)
@@ -253,6 +258,19 @@ class _Run:
                           f"calls {a['calls']}->{b['calls']} ({self.queries - q0} queries)")
 
     # -- passes -------------------------------------------------------------------------------------
+    def pass_members(self) -> None:
+        members = unpack(self.current)
+        if not members:
+            return
+        base, q0 = self.current, self.queries
+        for i, member in enumerate(members):
+            if self.interesting(member):
+                self._log(f"members: member {i} of {len(members)} alone", base, q0)
+                self.budget_start = time.monotonic()  # the member's reduction gets the whole time budget
+                return
+        self.steps.append(f"members: none of the {len(members)} shows the bug alone; the pack stays "
+                          f"({self.queries - q0} queries)")
+
     def pass_calls(self) -> None:
         base = self.current
         if any(step.backward for step in base.calls):  # a bug the forward shows needs no backward,

@@ -264,6 +264,38 @@ def repro_shape_dtype(label, expected, actual):
     return None
 
 
+REPRO_TOLERANCES = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
+                    torch.float64: (1e-7, 1e-7)}  # assert_close's defaults, (rtol, atol)
+
+
+def repro_nonfinite(label, expected, actual, expected64):
+    """NaN/Inf where the other side is finite (or another NaN/Inf), as the oracle judges it: a position
+    counts unless the compiled value agrees with the float64 run there (eager over- or underflowed)."""
+    exp_leaves, act_leaves = repro_leaves(expected), repro_leaves(actual)
+    ref_leaves = repro_leaves(expected64) if expected64 is not None else []
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        if not (isinstance(e, torch.Tensor) and isinstance(a, torch.Tensor)) or not e.is_floating_point() \
+                or e.shape != a.shape:
+            continue
+        e64, a64 = e.detach().double(), a.detach().double()
+        fin_e, fin_a = torch.isfinite(e64), torch.isfinite(a64)
+        same_nonfinite = (torch.isnan(e64) & torch.isnan(a64)) | (~fin_e & ~fin_a & (e64 == a64))
+        bad = (~fin_e | ~fin_a) & ~same_nonfinite
+        r = ref_leaves[i] if i < len(ref_leaves) else None
+        if bool(bad.any()) and isinstance(r, torch.Tensor) and r.shape == e.shape:
+            r64 = r.detach().double()
+            fin_r = torch.isfinite(r64)
+            rtol, atol = REPRO_TOLERANCES.get(e.dtype, (1.3e-6, 1e-5))
+            agrees = (fin_a == fin_r) & (~fin_a & ((torch.isnan(a64) & torch.isnan(r64)) | (a64 == r64))
+                                         | fin_a & ((a64 - r64).abs() <= atol + 10 * rtol * r64.abs()))
+            bad = bad & ~agrees
+        if bool(bad.any()):
+            at = tuple(int(j) for j in bad.nonzero()[0])
+            return (f"{label}, leaf {i}{repro_leaf_name(expected, i)}: {int(bad.sum())} of {e.numel()} positions "
+                    f"differ in NaN/Inf (first at {at}: expected {e64[at].item()}, got {a64[at].item()})")
+    return None
+
+
 def repro_compare(label, expected, actual, expected64):
     """None when `actual` is right by PyTorch's rules, else a description with numbers."""
     from torch._dynamo.utils import same
@@ -277,6 +309,9 @@ def repro_compare(label, expected, actual, expected64):
         return None
     except Exception as e:
         close_error = str(e).strip().splitlines()
+    nonfinite = repro_nonfinite(label, expected, actual, expected64)
+    if nonfinite is not None:
+        return nonfinite  # `same` below cannot judge these: a NaN in the float64 run makes it pass anything
     try:
         as_good_as_eager = expected64 is not None and same(expected, actual, fp64_ref=expected64, equal_nan=True,
                                                            log_error=lambda *a, **k: None)

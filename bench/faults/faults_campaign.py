@@ -87,6 +87,8 @@ def run_campaign(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace
         cmd += ["--backward-share", str(args.backward_share)]
     if getattr(args, "pack", None) is not None:
         cmd += ["--pack", str(args.pack)]
+    if getattr(args, "pack_mutants", None) is not None:
+        cmd += ["--pack-mutants", str(args.pack_mutants)]
     log = folder.with_suffix(".log")
     fired_log(folder).unlink(missing_ok=True)
     with planted([fault.name], fired_log=fired_log(folder)), open(log, "w") as out:
@@ -184,7 +186,8 @@ def _stored_row(folder: Path, args: argparse.Namespace, fault: fault_hook.Fault)
     if (data.get("minutes") != args.minutes or data.get("targets") != (args.targets or fault.target)
             or data.get("value_bins", True) != getattr(args, "value_bins", True)
             or data.get("backward_share") != getattr(args, "backward_share", None)
-            or data.get("pack") != getattr(args, "pack", None) or len(data.get("row", ())) != len(HEADER)):
+            or data.get("pack") != getattr(args, "pack", None)
+            or data.get("pack_mutants") != getattr(args, "pack_mutants", None) or len(data.get("row", ())) != len(HEADER)):
         return None
     return tuple(data["row"])
 
@@ -213,7 +216,7 @@ def run_benchmark(faults: list[fault_hook.Fault], args: argparse.Namespace) -> i
         (folder / "result.json").write_text(json.dumps(
             {"minutes": args.minutes, "targets": args.targets or fault.target, "seed": args.seed,
              "value_bins": getattr(args, "value_bins", True), "backward_share": getattr(args, "backward_share", None),
-             "pack": getattr(args, "pack", None),
+             "pack": getattr(args, "pack", None), "pack_mutants": getattr(args, "pack_mutants", None),
              "found_clusters": res.found_clusters, "row": list(res.row())}, indent=1))
         print(f"    found: {'yes' if res.found else 'no'}; {res.tests} tests; fired {res.fired}; clusters "
               f"{len(res.found_clusters)}/{res.clusters} show it; {time.time() - t0:.0f} s", flush=True)
