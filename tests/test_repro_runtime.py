@@ -46,6 +46,21 @@ def test_a_value_outside_tolerance_is_described_with_numbers() -> None:
     assert "expected [1.0, 2.0, 3.0]" in problem and "actual   [1.0, 2.5, 3.0]" in problem
 
 
+def test_the_leaf_described_is_the_wrong_one_not_the_first_outside_tolerance() -> None:
+    # A stop-38 report showed a bfloat16 output the compiled run got closer to float64 than eager
+    # (outside tolerance, not a bug) and not the gradient that made the whole result wrong.
+    eager_out = torch.tensor([0.4121, 0.2148]).bfloat16()
+    compiled_out = eager_out + torch.tensor([0.0, 0.0059], dtype=torch.bfloat16)
+    exact_out = eager_out.double() + torch.tensor([0.0, 0.004], dtype=torch.float64)  # compiled is closer
+    grad = torch.tensor([0.88, -1.25])
+    expected = (eager_out, {"gradients": {"input 0": grad}})
+    actual = (compiled_out, {"gradients": {"input 0": torch.tensor([-0.34, -0.17])}})
+    reference = (exact_out, {"gradients": {"input 0": grad.double()}})
+    problem = rt.repro_compare("call 0, output", expected, actual, reference)
+    assert problem is not None and problem.startswith("call 0, output, leaf 1 [1]['gradients']['input 0']:"), problem
+    assert "expected [0.8799999952316284, -1.25]" in problem
+
+
 def test_rounding_no_worse_than_eager_against_float64_is_not_a_bug() -> None:
     exact = torch.tensor([1.0, 1e-3], dtype=torch.float64)
     eager = torch.tensor([1.001, 1e-3])  # eager is off by as much as the compiled result is
