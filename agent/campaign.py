@@ -57,6 +57,7 @@ from nnforge.core.backward import differentiable
 from nnforge.generator.pack import pack_cases, programs_in
 from nnforge.mutators.pack import NotPackable, pack_mutants, packable
 from nnforge.core.testcase import TestCase
+from nnforge.oracle import kernel_unit
 from nnforge.core.verdict import Verdict
 
 CASES_SUBDIR = "cases"
@@ -608,6 +609,8 @@ class Campaign:
                     isolation = pool.isolation.summary()
                     self.store.set_meta("sandbox", isolation)
                     self.display.event(isolation)
+                if pool is not None and getattr(pool, "kernel_unit", None) and not all(map(is_onnx_target, self.cfg.targets)):
+                    self.store.set_meta("inductor_kernels", kernel_unit.DESCRIPTIONS.get(pool.kernel_unit, pool.kernel_unit))
                 self._load_export_table(pool)
                 reason = self._loop()
                 if reason == "budget":

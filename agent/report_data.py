@@ -134,6 +134,7 @@ class CampaignView:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> [(minutes, value)]
     compiler: CompilerReasons | None = None  # None: the store records no graph breaks / recompiles
     waiting: tuple[tuple[str, int], ...] = ()  # (provisional key, findings) still waiting for triage
+    inductor_kernels: str | None = None  # how the workers built Inductor's C++ kernels (oracle/kernel_unit.py)
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
     export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
     export_gate: str | None = None  # what the export gate checked before tests turned away (agent/export_gate.py)
@@ -226,7 +227,7 @@ def _read(db: StoreReader, folder: Path) -> CampaignView:
     series, source = _series(db, stats, clusters, started)
     programs = db.programs_total()
     return CampaignView(
-        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"),
+        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), inductor_kernels=db.meta("inductor_kernels"), export_table=db.meta("export_table"),
         export_gate=db.meta("export_gate"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
         gated=db.invalid_at_rung_by_target("onnx_export"),  # tests that never reached their target

@@ -92,6 +92,7 @@ def _head(view: CampaignView) -> list[str]:
         ("targets", ", ".join(view.targets) or "-"),
         ("workers", view.workers),
         ("sandbox", view.sandbox or "not recorded"),
+    ] + ([("inductor kernels", view.inductor_kernels)] if view.inductor_kernels else []) + [
         ("tests", view.tests),
         ("tests per minute", f"{view.tests_per_min:.1f} ({view.tests_per_min_per_worker:.1f} per worker)"),
     ] + ([("programs (tests pack several generator programs)",

@@ -17,7 +17,9 @@ side, `--repeat` times each:
 Prints the median seconds of each, and how many compiler runs the programs needed. What
 packing can and cannot save follows from it: a pack of k programs still compiles about as many
 kernel modules as its members would alone (disjoint graphs do not fuse), each paying the fixed
-cost.
+cost. This replays Inductor's own builds, one per kernel; campaign workers build a graph's
+kernels in one run (oracle/kernel_unit.py, measured by bench/kernel_unit.py), so they pay the
+fixed part once a graph.
 """
 
 from __future__ import annotations

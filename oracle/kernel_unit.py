@@ -29,6 +29,10 @@ from typing import Any
 
 ENV = "NNFORGE_INDUCTOR_KERNEL_UNIT"
 MODES = ("one", "each")
+# what each mode means, in the words summary.md uses
+DESCRIPTIONS = {"one": "one C++ compiler run per graph (oracle/kernel_unit.py; NNFORGE_INDUCTOR_KERNEL_UNIT=each: "
+                       "one per kernel, as Inductor does)",
+                "each": "one C++ compiler run per kernel, as Inductor does (NNFORGE_INDUCTOR_KERNEL_UNIT=each)"}
 
 _installed = False
 _stats = {"units": 0, "kernels": 0, "fallbacks": 0}

@@ -194,6 +194,8 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     # the one refused probe blocks its instance, log(int64), and its operator, log (every probe of it refused)
     assert "export table of 1 probes" in meta["export_table"] and "ort 2" in meta["export_table"]
     assert "ONNX generation" in (out / "summary.md").read_text()
+    # how the workers built Inductor's kernels is said where the reader of the morning list sees it
+    assert "- **inductor kernels**: one C++ compiler run per graph" in (out / "summary.md").read_text()
     assert json.loads(meta["scheduler_state"])["policy"] == "thompson-beta"
     bugs = _query(out, "SELECT COUNT(*) FROM tests WHERE symptom NOT IN ('pass', 'invalid')")[0][0]
     assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == bugs  # every bug verdict is a finding
