@@ -609,7 +609,8 @@ class Campaign:
                     isolation = pool.isolation.summary()
                     self.store.set_meta("sandbox", isolation)
                     self.display.event(isolation)
-                if pool is not None and getattr(pool, "kernel_unit", None) and not all(map(is_onnx_target, self.cfg.targets)):
+                torch_targets = not all(map(is_onnx_target, self.cfg.targets))
+                if pool is not None and getattr(pool, "kernel_unit", None) and torch_targets:
                     self.store.set_meta("inductor_kernels", kernel_unit.DESCRIPTIONS.get(pool.kernel_unit, pool.kernel_unit))
                 self._load_export_table(pool)
                 reason = self._loop()

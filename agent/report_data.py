@@ -227,7 +227,8 @@ def _read(db: StoreReader, folder: Path) -> CampaignView:
     series, source = _series(db, stats, clusters, started)
     programs = db.programs_total()
     return CampaignView(
-        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), inductor_kernels=db.meta("inductor_kernels"), export_table=db.meta("export_table"),
+        folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"),
+        inductor_kernels=db.meta("inductor_kernels"),
         export_gate=db.meta("export_gate"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
         gated=db.invalid_at_rung_by_target("onnx_export"),  # tests that never reached their target

@@ -609,8 +609,8 @@ class WorkerPool:
         child_env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads_per_worker(size)))
         # Inductor's CPU kernels of one graph in one compiler run (oracle/kernel_unit.py), unless set off.
         child_env.setdefault("NNFORGE_INDUCTOR_KERNEL_UNIT", default_kernel_unit())
-        self.kernel_unit = child_env["NNFORGE_INDUCTOR_KERNEL_UNIT"]
         child_env.update(env or {})
+        self.kernel_unit = child_env["NNFORGE_INDUCTOR_KERNEL_UNIT"]  # what the workers run, for summary.md
         self._env = child_env
 
         self._lock = threading.Lock()

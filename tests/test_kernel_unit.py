@@ -7,6 +7,7 @@ import torch
 
 from nnforge.oracle import kernel_unit
 from nnforge.oracle.sandbox import WorkerPool
+
 EXEC = "nnforge.oracle.worker:exec_program"
 
 SCALE = ("extern \"C\" void kernel(const float* in_ptr0, float* out_ptr0, const int64_t n)\n"
@@ -102,6 +103,7 @@ def test_a_worker_builds_a_graphs_kernels_in_one_unit_with_the_stock_result(tmp_
         env = {} if mode == "default" else {kernel_unit.ENV: "each"}
         with WorkerPool(size=1, timeout_s=240, env=env, inductor_cache_dir=str(tmp_path / "inductor"),
                         sandbox="basic") as pool:
+            assert pool.kernel_unit == ("one" if mode == "default" else "each")  # what summary.md will say
             out = pool.call(EXEC, {"program": GRAPH, "entry": "main", "args": []})
         assert out.status == "ok", out.traceback
         results[mode] = out.value

@@ -296,10 +296,20 @@ def repro_nonfinite(label, expected, actual, expected64):
     return None
 
 
-def repro_compare(label, expected, actual, expected64):
-    """None when `actual` is right by PyTorch's rules, else a description with numbers."""
+def repro_as_good_as_eager(expected, actual, expected64):
+    """Whether `actual` is as close to the float64 run as eager is (`same(..., fp64_ref=...)`)."""
     from torch._dynamo.utils import same
 
+    if expected64 is None:
+        return False
+    try:
+        return bool(same(expected, actual, fp64_ref=expected64, equal_nan=True, log_error=lambda *a, **k: None))
+    except Exception:
+        return False
+
+
+def repro_compare(label, expected, actual, expected64):
+    """None when `actual` is right by PyTorch's rules, else a description with numbers."""
     wrong_form = repro_shape_dtype(label, expected, actual)
     if wrong_form is not None:
         return wrong_form
@@ -312,36 +322,23 @@ def repro_compare(label, expected, actual, expected64):
     nonfinite = repro_nonfinite(label, expected, actual, expected64)
     if nonfinite is not None:
         return nonfinite  # `same` below cannot judge these: a NaN in the float64 run makes it pass anything
-    try:
-        as_good_as_eager = expected64 is not None and same(expected, actual, fp64_ref=expected64, equal_nan=True,
-                                                           log_error=lambda *a, **k: None)
-    except Exception:
-        as_good_as_eager = False
-    if as_good_as_eager:
+    if repro_as_good_as_eager(expected, actual, expected64):
         return None  # outside tolerance, but as close to float64 as eager: not a bug
     exp_leaves, act_leaves = repro_leaves(expected), repro_leaves(actual)
     ref_leaves = repro_leaves(expected64) if expected64 is not None else []
+    refs = [ref_leaves[i] if i < len(ref_leaves) else None for i in range(len(exp_leaves))]
     if len(exp_leaves) == len(act_leaves):
-        outside = []  # leaves outside tolerance; the one to show is the first not as good as eager
+        outside = []  # leaves outside tolerance
         for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
             try:
                 torch.testing.assert_close(a, e, equal_nan=True)
             except Exception:
                 outside.append(i)
-        for i in outside:
-            r = ref_leaves[i] if i < len(ref_leaves) else None
-            try:
-                leaf_ok = r is not None and same(exp_leaves[i], act_leaves[i], fp64_ref=r, equal_nan=True,
-                                                 log_error=lambda *a, **k: None)
-            except Exception:
-                leaf_ok = False
-            if not leaf_ok:
-                outside = [i]
-                break
-        if outside:
-            i = outside[0]
-            r = ref_leaves[i] if i < len(ref_leaves) else None
-            return f"{label}, leaf {i}{repro_leaf_name(expected, i)}:\n{repro_describe(exp_leaves[i], act_leaves[i], r)}"
+        # the one to show: the first that is not as good as eager either, else the first outside
+        wrong = [i for i in outside if not repro_as_good_as_eager(exp_leaves[i], act_leaves[i], refs[i])]
+        if wrong or outside:
+            i = (wrong or outside)[0]
+            return f"{label}, leaf {i}{repro_leaf_name(expected, i)}:\n{repro_describe(exp_leaves[i], act_leaves[i], refs[i])}"
     return f"{label}:\n" + "\n".join(close_error[:6])
 
 
