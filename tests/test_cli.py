@@ -108,7 +108,11 @@ def test_campaign_help_gives_the_common_cases_one_example_a_line():
 def test_shell_completion_is_offered_and_completes_commands_and_flags():
     res = runner.invoke(app, ["--help"])
     assert res.exit_code == 0 and "--install-completion" in res.output and "--show-completion" in res.output
-    script = _nnforge("--show-completion", "bash", env={"SHELL": "/bin/bash"})
+    # typer names the shell from the process's ancestors (shellingham), not from an argument:
+    # run it under bash (which forks for it: a lone command would be exec-ed in its place), so the
+    # answer does not depend on what started the test suite
+    script = subprocess.run(["bash", "-c", f"{NNFORGE} --show-completion; exit $?"], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "SHELL": "/bin/bash"})
     assert script.returncode == 0 and "_nnforge_completion" in script.stdout, script.stderr
     words = _nnforge(env={"_NNFORGE_COMPLETE": "complete_bash", "COMP_WORDS": "nnforge camp", "COMP_CWORD": "1"})
     assert words.stdout.split() == ["campaign"], words.stdout + words.stderr
