@@ -312,7 +312,7 @@ def test_kill_9_then_resume_keeps_every_recorded_test_and_the_seed_counter_goes_
 @pytest.mark.slow
 def test_a_target_that_kills_its_worker_every_time_does_not_stop_the_campaign(tmp_path):
     out = tmp_path / "camp"
-    res = _campaign("--budget", "30s", "--targets", "faulty_segv", "--workers", "2", "--nodes", "4", "--no-triage",
+    res = _campaign("--budget", "20s", "--targets", "faulty_segv", "--workers", "2", "--nodes", "4", "--no-triage",
                     "-o", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     symptoms = _query(out, "SELECT symptom, COUNT(*) FROM tests GROUP BY symptom")
@@ -432,7 +432,8 @@ def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(t
     out = tmp_path / "camp"
     res = _campaign("--budget", "40s", "--targets", "faulty_perturb", "--workers", "2", "--nodes", "4",
                     "--llm", "none", "--triage-budget-s", "15", "--plain", "-o", str(out),
-                    env={"NNFORGE_TRIAGE_RESERVE_S": "34", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85"})
+                    env={"NNFORGE_TRIAGE_RESERVE_S": "34", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85",
+                         "NNFORGE_TRIAGE_AFTER_BUDGET_S": "0"})  # the reserve is under test, not what follows it
     assert res.returncode == 0, res.stdout + res.stderr
     said = [ln for ln in res.stdout.splitlines() if "s left: triage finishes" in ln]
     assert said and "tests go on on 1 of 2 workers" in said[0], res.stdout
