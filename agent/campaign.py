@@ -111,6 +111,12 @@ def calls_kind(case: TestCase) -> str:
     return "forward + backward" if any(c.backward for c in case.calls) else "forward"
 
 
+def _worker_seconds(result: Any) -> float | None:
+    """Seconds the test's worker calls took (oracle.Oracle), None from an oracle that does not say."""
+    value = (getattr(result, "timings", None) or {}).get("worker_s")
+    return round(float(value), 4) if isinstance(value, (int, float)) else None
+
+
 def _requested_bin(case: TestCase) -> str | None:
     b = case.meta.get("value_bin")
     return b if isinstance(b, str) else None
@@ -466,7 +472,8 @@ class Campaign:
                                                compiler=compiler_record(result, test.target),
                                                pkey=root_cause_key(verdict, case) if verdict.is_bug else None,
                                                value_bin=drawn, value_bin_kept=_bin_kept(case, verdict),
-                                               calls_kind=calls_kind(case), programs=programs_in(case))
+                                               calls_kind=calls_kind(case), programs=programs_in(case),
+                                               t_worker=_worker_seconds(result))
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         arm = Arm.from_key(test.arm)
         self.scheduler.reward(arm, 1.0 if new else 0.0)
@@ -505,8 +512,8 @@ class Campaign:
     def _health(self) -> dict[str, Any]:
         h = dict(self.executor.health())
         for k, base in self.health_base.items():
-            if isinstance(h.get(k), int):
-                h[k] += base
+            if isinstance(h.get(k), (int, float)):
+                h[k] = round(h[k] + base, 2) if isinstance(h[k], float) else h[k] + base
         return h
 
     def _snapshot(self, in_flight: int) -> StatusSnapshot:
@@ -585,6 +592,7 @@ class Campaign:
         last = self.store.stats_rows()[-1:] if self.resuming else []
         prev = last[0]["json"].get("health", {}) if last else {}
         self.health_base = {k: int(prev.get(k, 0)) for k in ("restarts", "timeouts", "segfaults", "ooms", "calls")}
+        self.health_base["busy_s"] = float(prev.get("busy_s", 0.0))  # worker seconds accumulate across runs
         reason = "budget"
         installed = []
         if threading.current_thread() is threading.main_thread():

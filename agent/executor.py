@@ -155,6 +155,7 @@ class LocalExecutor(Executor):
         st = self.pool.stats()
         out: dict[str, Any] = {k: int(st.get(k, 0)) for k in HEALTH_KEYS}
         out["alive"], out["size"] = st.get("alive", 0), self.size
+        out["busy_s"] = float(st.get("busy_s", 0.0))  # worker seconds in calls: tests, triage, probes
         out["rss_mb"] = pool_rss_mb(self.pool)
         return out
 

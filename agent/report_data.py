@@ -177,8 +177,15 @@ class CampaignView:
         rss = [v for _, v in self.series.get("rss_mb", ())]
         return {"worker_restarts": int(last.get("worker_restarts") or 0), "timeouts": int(last.get("timeouts") or 0),
                 "segfaults": int(last.get("segfaults") or 0),
+                "busy_s": _busy_seconds(last),
                 "rss_first_mb": rss[0] if rss else None, "rss_last_mb": rss[-1] if rss else None,
                 "rss_max_mb": max(rss) if rss else None}
+
+
+def _busy_seconds(stats_row: dict[str, Any]) -> float | None:
+    """Worker seconds held by calls (tests, triage, probes) at a stats row; None before it was kept."""
+    value = ((stats_row.get("json") or {}).get("health") or {}).get("busy_s")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 # -- reading ------------------------------------------------------------------------------------

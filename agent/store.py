@@ -36,7 +36,9 @@ Tables and columns:
   and `value_bin_kept` (1 when the values kept its property through value search, 0 when they
   had to leave it), `calls_kind` ("forward" or "forward + backward": whether the test's calls ran
   a backward), `programs` (generator programs in the test: a pack's members, generator/pack.py;
-  else 1). `origin` holds the seed source as well.
+  else 1), `t_worker` (seconds its worker calls took: what the test cost the workers; `t_oracle`
+  is the wall time of the oracle's thread, which also waits for a free worker). `origin` holds
+  the seed source as well.
 - `findings`: one row per bug verdict (case and target): `status` (new | triaged | attached),
   `signature_digest` (its cluster, once triaged or attached), `reduced_folder`, `error` (why
   the last triage failed), `pkey` (provisional root-cause key, triage/rootcause.py).
@@ -180,7 +182,7 @@ TEST_COLUMNS = (("source", "TEXT"), ("mutator", "TEXT"), ("category", "TEXT"), (
                 ("t_generate", "REAL"), ("t_mutate", "REAL"), ("t_search", "REAL"), ("t_oracle", "REAL"),
                 ("elapsed_s", "REAL"), ("novel", "INTEGER"), ("test_no", "INTEGER"), ("graph_breaks", "TEXT"),
                 ("recompiles", "TEXT"), ("value_bin", "TEXT"), ("value_bin_kept", "INTEGER"), ("calls_kind", "TEXT"),
-                ("programs", "INTEGER"))
+                ("programs", "INTEGER"), ("t_worker", "REAL"))
 
 STATS_COLUMNS = ("ts", "elapsed_s", "tests", "tests_per_min", "bugs", "clusters", "invalid", "worker_restarts",
                  "timeouts", "segfaults", "rss_mb", "covered_lines", "json")
@@ -594,7 +596,7 @@ class CampaignStore(Store):
                        elapsed_s: float, novel: bool, compiler: dict[str, list[str]] | None = None,
                        pkey: str | None = None, value_bin: str | None = None,
                        value_bin_kept: bool | None = None, calls_kind: str | None = None,
-                       programs: int = 1) -> int | None:
+                       programs: int = 1, t_worker: float | None = None) -> int | None:
         """Write the test's verdict, its finding when it is a bug, and mark the queue row done, in
         one transaction: a finding is in the store before anything else is done with it.
         `compiler`: {"graph_breaks": [...], "recompiles": [...]} Dynamo recorded (NULL columns without).
@@ -609,8 +611,8 @@ class CampaignStore(Store):
             self._db.execute(
                 "INSERT INTO tests (case_id, folder, origin, target, symptom, rung, verdict_json, created, source, "
                 "mutator, category, arm, t_generate, t_mutate, t_search, t_oracle, elapsed_s, novel, test_no, "
-                "graph_breaks, recompiles, value_bin, value_bin_kept, calls_kind, programs) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "graph_breaks, recompiles, value_bin, value_bin_kept, calls_kind, programs, t_worker) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(case_id, target) DO UPDATE SET folder = excluded.folder, origin = excluded.origin, "
                 "symptom = excluded.symptom, rung = excluded.rung, verdict_json = excluded.verdict_json, "
                 "created = excluded.created, source = excluded.source, mutator = excluded.mutator, "
@@ -619,11 +621,11 @@ class CampaignStore(Store):
                 "elapsed_s = excluded.elapsed_s, novel = excluded.novel, test_no = excluded.test_no, "
                 "graph_breaks = excluded.graph_breaks, recompiles = excluded.recompiles, "
                 "value_bin = excluded.value_bin, value_bin_kept = excluded.value_bin_kept, "
-                "calls_kind = excluded.calls_kind, programs = excluded.programs",
+                "calls_kind = excluded.calls_kind, programs = excluded.programs, t_worker = excluded.t_worker",
                 (test.case_id, test.folder, test.source, verdict.target, verdict.symptom.value, verdict.rung,
                  verdict.dumps(), now, test.source, test.mutator, test.category, test.arm, test.t_generate,
                  test.t_mutate, t_search, t_oracle, elapsed_s, int(novel), test.test_no, gb, rc, value_bin,
-                 None if value_bin_kept is None else int(value_bin_kept), calls_kind, int(programs)))
+                 None if value_bin_kept is None else int(value_bin_kept), calls_kind, int(programs), t_worker))
             if verdict.is_bug:
                 self._db.execute(
                     "INSERT OR IGNORE INTO findings (case_id, case_folder, target, verdict_json, status, created, pkey) "
@@ -834,15 +836,17 @@ class StoreReader:
                 for r in self._rows(sql, params)]
 
     def worker_time_by_kind(self) -> list[tuple[str, int, int, float]]:
-        """(kind, tests, programs, seconds the oracle took) per kind of test: "seed" or "mutant", and
+        """(kind, tests, programs, worker seconds) per kind of test: "seed" or "mutant", and
         "+ backward" when its calls ran one; [] without the columns it needs (t_oracle, category)."""
         cols = self.columns("tests")
         if not {"t_oracle", "category"} <= cols:
             return []
         backward = "CASE WHEN calls_kind LIKE '%backward%' THEN ' + backward' ELSE '' END" if "calls_kind" in cols else "''"
         programs = "COALESCE(programs, 1)" if "programs" in cols else "1"
+        # the workers' own seconds where recorded; older stores have the oracle's wall time only
+        cost = "COALESCE(t_worker, t_oracle, 0)" if "t_worker" in cols else "COALESCE(t_oracle, 0)"
         rows = self._rows(f"SELECT (CASE WHEN COALESCE(category, 'seed') = 'seed' THEN 'seed' ELSE 'mutant' END) "
-                          f"|| {backward} AS kind, COUNT(*) AS n, SUM({programs}) AS p, SUM(COALESCE(t_oracle, 0)) AS s "
+                          f"|| {backward} AS kind, COUNT(*) AS n, SUM({programs}) AS p, SUM({cost}) AS s "
                           f"FROM tests GROUP BY kind ORDER BY s DESC")
         return [(str(r["kind"]), int(r["n"]), int(r["p"] or 0), float(r["s"] or 0.0)) for r in rows]
 

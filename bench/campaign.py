@@ -427,7 +427,14 @@ def print_worker_time(view: CampaignView) -> None:
         print(f"  {kind:<20} {n:>6} {programs:>9} {secs:>9.0f} {100 * secs / capacity:>5.1f}% "
               f"{secs / max(1, programs):>10.2f}")
     other = max(0.0, capacity - tested)
-    print(f"  {'no test (triage, reserve, start-up, idle)':<46} {other:>9.0f} {100 * other / capacity:>5.1f}%")
+    busy = view.health().get("busy_s")
+    if busy is None:  # a store from before workers' busy seconds were kept
+        print(f"  {'no test (triage, reserve, start-up, idle)':<46} {other:>9.0f} {100 * other / capacity:>5.1f}%")
+        return
+    held = max(0.0, busy - tested)  # triage's reductions (its repro.py runs are processes of their own)
+    idle = max(0.0, capacity - max(busy, tested))
+    print(f"  {'no test, a worker held (triage reductions)':<46} {held:>9.0f} {100 * held / capacity:>5.1f}%")
+    print(f"  {'no worker held (start-up, reserve, idle)':<46} {idle:>9.0f} {100 * idle / capacity:>5.1f}%")
 
 
 # -- NNSmith HEAD: its own virtualenv, from the mirror --------------------------------------------------------------

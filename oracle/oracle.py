@@ -21,6 +21,7 @@ only when asked (each probe may wait a full timeout).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -53,18 +54,20 @@ class Oracle:
         self.blame_deaths = blame_deaths
         self.blame_timeouts = blame_timeouts
         self.coverage = coverage  # measure torch's compiler packages in the workers (oracle/coverage_probe.py)
+        self._spent = threading.local()  # worker seconds of the check in progress, per thread
 
     # -- public --------------------------------------------------------------------------------
     def check(self, case: TestCase) -> CaseResult:
         from nnforge.oracle.job import dump_values, load_values
 
+        self._spent.s = 0.0
         base = self._payload(case)
         covered: dict[str, set[int]] = {}  # per check, not per Oracle: threads share an Oracle
         if case.inputs is not None:
             base["inputs_pt"] = dump_values(tuple(case.inputs))
         if case.state_dict is not None:
             base["state_pt"] = dump_values(dict(case.state_dict))
-        first = self.pool.call(JOB, {**base, "targets": [], "search": case.inputs is None}, timeout_s=self.timeout_s)
+        first = self._call(JOB, {**base, "targets": [], "search": case.inputs is None}, timeout_s=self.timeout_s)
         if not first.ok and first.exc_type == "WorkerProtocolError":
             return self._all_invalid(case, f"protocol error: {first.exc_message}")
         if not first.ok:
@@ -93,11 +96,18 @@ class Oracle:
             checked = [(replace(v, value_bin=bin_used), d) for v, d in checked]
         return CaseResult(case=chosen, verdicts=tuple(v for v, _ in checked), search=res.get("search"),
                           reference=res.get("reference"), values_chosen=case.inputs is None,
-                          timings=dict(res.get("timings", {})),
+                          timings={**res.get("timings", {}), "worker_s": round(self._spent.s, 4)},
                           coverage={k: sorted(v) for k, v in covered.items()} if self.coverage else None,
                           dynamo={t: d for t, (_, d) in zip(self.targets, checked) if d is not None})
 
     # -- internals ------------------------------------------------------------------------------
+    def _call(self, job: str, payload: dict[str, Any], timeout_s: float | None) -> Any:
+        """pool.call, its worker seconds added to the check's: a test's cost is what its workers
+        spent, not the wall time of its thread, which also waits for a free worker (triage holds one)."""
+        out = self.pool.call(job, payload, timeout_s=timeout_s)
+        self._spent.s = getattr(self._spent, "s", 0.0) + float(getattr(out, "elapsed_s", 0.0) or 0.0)
+        return out
+
     def _payload(self, case: TestCase) -> dict[str, Any]:
         wanted = case.meta.get("value_bin") if case.inputs is None else None
         return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
@@ -109,7 +119,7 @@ class Oracle:
                       covered: dict[str, set[int]] | None = None) -> tuple[Verdict, dict[str, list[str]] | None]:
         """The target's verdict and Dynamo's record of its runs (None when there is none: not a
         torch.compile target, or the worker died)."""
-        out = self.pool.call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
+        out = self._call(JOB, {**payload, "targets": [target]}, timeout_s=self.timeout_s)
         if out.ok:
             problem = job_reply_problem(out.value, targets=1)
             if problem is None and out.value["status"] == "ok":
@@ -166,7 +176,7 @@ class Oracle:
         of `rungs` (those below it) fails alone."""
         probes = []
         for rung in rungs:
-            out = self.pool.call(JOB, {**payload, "targets": [target], "rungs": {target: [rung]}}, timeout_s=self.timeout_s)
+            out = self._call(JOB, {**payload, "targets": [target], "rungs": {target: [rung]}}, timeout_s=self.timeout_s)
             if out.ok:
                 v = out.value["verdicts"][0] if out.value["status"] == "ok" else None
                 symptom = Symptom(v["symptom"]) if v else Symptom.INVALID
@@ -186,7 +196,8 @@ class Oracle:
                    for f in (frames or ()))
         verdicts = tuple(Verdict(target=t, symptom=Symptom.INVALID, exc_type=exc_type, exc_message=exc_message,
                                  frames=fr, detail=reason) for t in self.targets)
-        return CaseResult(case=case, verdicts=verdicts, search=search, invalid_reason=reason)
+        return CaseResult(case=case, verdicts=verdicts, search=search, invalid_reason=reason,
+                          timings={"worker_s": round(getattr(self._spent, "s", 0.0), 4)})
 
 
 def values_record(raw: Any) -> dict[str, Any] | None:

@@ -622,6 +622,7 @@ class WorkerPool:
         self._next_call_id = 0
         self._stats = {"calls": 0, "ok": 0, "errors": 0, "restarts": 0, "recycles": 0, "start_failures": 0,
                        "timeouts": 0, "segfaults": 0, "ooms": 0, "started": 0}
+        self._busy_s = 0.0
         self._finalizer = weakref.finalize(self, _kill_all, self._slots)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -654,9 +655,11 @@ class WorkerPool:
             for slot in slots:
                 self._free.put(slot)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, float]:
+        """Call counters, `alive`, `size`, and `busy_s`: seconds workers were held by calls."""
         with self._lock:
-            out = dict(self._stats)
+            out: dict[str, float] = dict(self._stats)
+            out["busy_s"] = round(self._busy_s, 2)
         out["alive"] = sum(1 for s in self._slots if s.worker is not None and s.worker.alive())
         out["size"] = self.size
         return out
@@ -679,9 +682,12 @@ class WorkerPool:
         except Exception as exc:  # the caller's mistake; no worker is involved
             raise TypeError(f"payload for {func_path} cannot be pickled: {exc}") from exc
         slot = self._acquire()
+        held = time.monotonic()
         try:
             return self._call_on(slot, frame, timeout, call_id)
         finally:
+            with self._lock:  # seconds a worker was held: tests, triage, probes and start-ups alike
+                self._busy_s += time.monotonic() - held
             self._free.put(slot)
 
     def _acquire(self) -> _Slot:

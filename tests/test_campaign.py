@@ -189,6 +189,12 @@ def test_a_sixty_second_campaign_writes_store_stats_summary_and_report(tmp_path)
     assert len(stats) >= 5  # one about every 10 s
     assert stats[-1][1] == len(rows) and stats[-1][0] >= 60
     assert json.loads(stats[-1][2])["verdicts"]
+    # what each test cost its workers, and what the workers were held for in all (tests and triage):
+    # never more than a test's wall time on the oracle's thread, which also waits for a free worker
+    costs = _query(out, "SELECT t_worker, t_search + t_oracle FROM tests")
+    assert all(w is not None and 0 < w <= wall_s + 0.5 for w, wall_s in costs), costs
+    busy = json.loads(stats[-1][2])["health"]["busy_s"]
+    assert sum(w for w, _ in costs) <= busy + 0.5 <= 2 * (60 + 15 + 45), (busy, costs)
     meta = dict(_query(out, "SELECT key, value FROM meta"))
     assert meta["campaign_status"] == "finished"
     # the one refused probe blocks its instance, log(int64), and its operator, log (every probe of it refused)
