@@ -91,11 +91,11 @@ def campaign(
                                                         "NNFORGE_BACKWARD_SHARE, 0.2)."),
     pack: Optional[int] = typer.Option(None, "--pack", help="Generator programs judged together in one "
                                                             "torch.compile test (generator/pack.py; default: "
-                                                            "NNFORGE_PACK, 4)."),
+                                                            "NNFORGE_PACK, 8)."),
     pack_mutants: Optional[int] = typer.Option(None, "--pack-mutants",
                                                help="Single-call mutants judged together in one torch.compile "
                                                     "test (mutators/pack.py; sequences, graph-break and random "
-                                                    "rewrites run alone; default: NNFORGE_PACK_MUTANTS, 4)."),
+                                                    "rewrites run alone; default: NNFORGE_PACK_MUTANTS, 8)."),
     value_bins: Optional[bool] = typer.Option(None, "--value-bins/--no-value-bins",
                                               help="Draw each test's values from a bin the scheduler picks (all "
                                                    "positive, ties, constant, ...; default: NNFORGE_VALUE_BINS, on) "

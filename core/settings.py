@@ -67,12 +67,16 @@ class Settings(BaseSettings):
     # mutants beside a pack-4 compile took 1.2-1.6x longer each. That was Inductor's compile pool,
     # one compile process per core in every worker; with the cores shared out among the workers
     # (oracle/sandbox.py, TORCHINDUCTOR_COMPILE_THREADS) k = 4 judged 1.2-1.44x the programs per
-    # minute of the old default, mutants not slower (bench/results/stop32, mix-*.txt).
-    pack: int = Field(4, ge=1, le=16)
+    # minute of the old default, mutants not slower (bench/results/stop32, mix-*.txt). Once one
+    # graph's kernels were built in one compiler run (oracle/kernel_unit.py) k = 8 judged 1.21x the
+    # seed programs per minute of k = 4 (bench/results/stop38, pack-unit-one.txt), and in the default
+    # mix (with --pack-mutants 8) 74.8 against 55.5 programs/min, 1.35x (bench/results/stop41).
+    pack: int = Field(8, ge=1, le=16)
     # Single-call mutants packed into one torch.compile test (mutators/pack.py): members are renamed
     # apart and run side by side in one forward; a finding is unpacked to its member by the reducer.
     # Rewrites about graph breaks or random draws, and invocation sequences, always run alone.
-    pack_mutants: int = Field(4, ge=1, le=16)
+    # 8 with `pack` 8 (bench/results/stop41): mutant tests 1.64 worker-s a program, against 2.48 at 4.
+    pack_mutants: int = Field(8, ge=1, le=16)
 
     # Triage: findings of one provisional root-cause key that are reduced (the rest attach to
     # their cluster unreduced); seconds of a campaign's end kept for finishing the triage of

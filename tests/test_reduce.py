@@ -4,6 +4,8 @@ The faults fire only when the captured ATen graph holds a chosen op, so the righ
 known: the reduced case must keep that op, show the same bug, and pass on a healthy backend.
 """
 
+import time
+
 import pytest
 from typer.testing import CliRunner
 
@@ -227,6 +229,41 @@ def test_a_reduction_out_of_budget_still_ends_without_dead_lines(pool):
     assert res.exhausted == "time" and res.verified and same_bug(verdict, res.verdict), res.steps
     assert "cos" not in res.case.program and "_Helper" not in res.case.program, res.case.program
     assert res.after["ops"] < res.before["ops"] and any(s.startswith("dead code:") for s in res.steps)
+
+
+SLOW_SIN = """import time
+import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        time.sleep(0.3)
+        a = torch.sin(x) + 1
+        b = torch.cos(x) * 2
+        c = torch.relu(x) - 3
+        return (a + b + c,)
+
+
+def make_inputs():
+    return (torch.randn(4, 8),)
+"""
+
+
+def test_a_query_that_would_end_past_the_time_budget_is_not_started(pool):
+    """A timeout finding's queries each wait a worker timeout: the reducer must not start one its
+    budget cannot hold (it used to stop only once the budget was spent, overrunning it by a query)."""
+    verdict, _ = _check(pool, TestCase(program=SLOW_SIN), "faulty_crash:sin")
+    assert verdict.symptom is Symptom.CRASH
+    t0 = time.monotonic()
+    again, _ = _check(pool, TestCase(program=SLOW_SIN), "faulty_crash:sin")  # one query's cost, warm
+    cost = time.monotonic() - t0
+    assert same_bug(verdict, again)
+    # without values, the reduction's first query draws them (about `cost`); a second query would
+    # start near `cost` and end near twice it, past a budget of 1.5x: it is not started
+    res = Reducer(pool, "faulty_crash:sin", time_budget_s=1.5 * cost).reduce(TestCase(program=SLOW_SIN), verdict)
+    assert res.exhausted == "time" and res.verified, res.steps
+    assert res.queries == 2, res.steps  # the values' query and the final check
+    assert "time.sleep" in res.case.program
 
 
 def test_a_few_queries_are_enough_to_drop_the_outputs_the_bug_does_not_need(pool):

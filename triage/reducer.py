@@ -13,7 +13,8 @@ Passes, in order, each delta debugging over one kind of part (see ddmin.py):
 Every candidate is judged by the oracle on the one target, in a worker, with a time limit, and
 accepted only when `same_bug` holds against the verdict being preserved (interesting.py).
 Answers are cached by the candidate's content hash. When the query limit or the time budget
-runs out the best case so far is kept; the final case is always checked once more, first
+runs out the best case so far is kept (a query is not started when the latest one's cost would
+take it past the budget); the final case is always checked once more, first
 without the lines nothing reads (a pass cut short by the budget leaves them behind).
 """
 
@@ -174,6 +175,7 @@ class _Run:
         self.current: TestCase = None  # type: ignore[assignment]
         self.steps: list[str] = []
         self.exhausted: str | None = None
+        self.last_query_s = 0.0  # what the latest query cost: the estimate of the next one
 
     # -- queries --------------------------------------------------------------------------------
     def query(self, cand: TestCase, force: bool = False) -> tuple[Verdict, TestCase] | None:
@@ -184,10 +186,14 @@ class _Run:
         if not force:
             if self.queries >= self.r.max_queries:
                 raise _OutOfBudget("queries")
-            if time.monotonic() - self.budget_start >= self.r.time_budget_s:
+            # a query that would end past the budget is not started: a timeout finding's queries each
+            # wait a whole worker timeout, so "stop once the budget is spent" overran it by one or two
+            if time.monotonic() - self.budget_start + self.last_query_s >= self.r.time_budget_s:
                 raise _OutOfBudget("time")
         self.queries += 1
+        t0 = time.monotonic()
         result = self.r.oracle.check(cand)
+        self.last_query_s = time.monotonic() - t0
         answer = (result.verdicts[0], result.case) if result.verdicts else None
         self.cache[key] = answer
         return answer
