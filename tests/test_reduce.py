@@ -153,6 +153,8 @@ def test_a_pack_reduces_to_the_member_that_holds_the_bug(pool):
     res = Reducer(pool, "faulty_crash:sin", max_queries=60).reduce(case, verdict)
     assert "sin" in op_names(res.case)
     assert len(res.case.program.splitlines()) < len(guilty.program.splitlines())  # less than one member is left
+    # the outputs' pass unpacks it, and the node-by-node search after it starts a fresh time budget
+    assert any(s.startswith("graph: outputs ") and "of a pack of 3" in s for s in res.steps), res.steps
 
 
 def test_a_mutant_pack_is_unpacked_to_the_member_that_holds_the_bug(pool):

@@ -317,6 +317,11 @@ class _Run:
             chosen = ddmin(list(graph.outputs), cone_test)
             if len(chosen) < len(graph.outputs):
                 node_ids = [n.id for n in gr.subgraph(graph, everything, chosen).nodes]
+                if base.meta.get("pack"):  # a pack's unpacking, as for mutant packs (pass_members):
+                    self.budget_start = time.monotonic()  # what is left gets the whole time budget
+                    self.steps.append(f"graph: outputs {len(graph.outputs)}->{len(chosen)} of a pack of "
+                                      f"{len(base.meta['pack'])} ({self.queries - q0} queries); the rest gets "
+                                      f"the whole time budget")
 
         def nodes_test(keep: list[int]) -> bool:
             return self.interesting(gr.graph_case(base, graph, gr.subgraph(graph, set(keep)), recorded))
