@@ -263,6 +263,11 @@ class _Run:
         self.steps.append(f"{name}: ops {a['ops']}->{b['ops']}, lines {a['lines']}->{b['lines']}, "
                           f"calls {a['calls']}->{b['calls']} ({self.queries - q0} queries)")
 
+    def unpacked(self) -> None:
+        """A pack came down to what holds the bug: unpacking is not reduction, so what follows gets
+        the whole time budget (the query limit stays shared)."""
+        self.budget_start = time.monotonic()
+
     # -- passes -------------------------------------------------------------------------------------
     def pass_members(self) -> None:
         members = unpack(self.current)
@@ -272,7 +277,7 @@ class _Run:
         for i, member in enumerate(members):
             if self.interesting(member):
                 self._log(f"members: member {i} of {len(members)} alone", base, q0)
-                self.budget_start = time.monotonic()  # the member's reduction gets the whole time budget
+                self.unpacked()
                 return
         self.steps.append(f"members: none of the {len(members)} shows the bug alone; the pack stays "
                           f"({self.queries - q0} queries)")
@@ -317,8 +322,8 @@ class _Run:
             chosen = ddmin(list(graph.outputs), cone_test)
             if len(chosen) < len(graph.outputs):
                 node_ids = [n.id for n in gr.subgraph(graph, everything, chosen).nodes]
-                if base.meta.get("pack"):  # a pack's unpacking, as for mutant packs (pass_members):
-                    self.budget_start = time.monotonic()  # what is left gets the whole time budget
+                if base.meta.get("pack"):  # a generator pack's unpacking, as pass_members is a mutant pack's
+                    self.unpacked()
                     self.steps.append(f"graph: outputs {len(graph.outputs)}->{len(chosen)} of a pack of "
                                       f"{len(base.meta['pack'])} ({self.queries - q0} queries); the rest gets "
                                       f"the whole time budget")
