@@ -16,7 +16,8 @@ else runs alone, as before.
 
 A pack that shows a bug is unpacked by the reducer before anything else (`unpack`): each
 member, with its slice of the pack's values, is tried alone, and the first that shows the same
-bug replaces the pack; when none does, the bug needs two members together and the pack is kept.
+bug replaces the pack; when none does, the bug needs members together and `subpack` builds the
+smaller packs the reducer tries, down to the fewest members that still show it.
 """
 
 from __future__ import annotations
@@ -266,3 +267,20 @@ def unpack(case: TestCase) -> list[TestCase]:
         meta = {**m["meta"], "unpacked_from": case.case_id}
         out.append(TestCase(program=m["program"], inputs=inputs, state_dict=state, calls=case.calls, meta=meta))
     return out
+
+
+def subpack(case: TestCase, keep: list[int]) -> TestCase:
+    """The pack of `case`'s members `keep` (two or more, in order), each with its slice of the
+    pack's values: a pack whose bug no member shows alone (two members that meet in one graph,
+    a fusion only the bigger graph makes) is cut down to the members it needs."""
+    members = unpack(case)
+    chosen = [members[i] for i in keep]
+    packed = pack_mutants([m.with_(inputs=None, state_dict=None,
+                                   meta={k: v for k, v in m.meta.items() if k != "unpacked_from"})
+                           for m in chosen])
+    inputs = None if case.inputs is None else tuple(x for m in chosen for x in (m.inputs or ()))
+    state = None
+    if case.state_dict is not None:
+        state = {f"m{j}.{k}": v for j, m in enumerate(chosen) for k, v in (m.state_dict or {}).items()}
+    return TestCase(program=packed.program, inputs=inputs, state_dict=state, calls=case.calls,
+                    meta={**packed.meta, "unpacked_from": case.case_id})

@@ -22,7 +22,10 @@ a child that outlives the call (the call itself then passes), or a plain pass.
 `op` may list alternatives, `faulty_crash:sin|cos`: the fault fires for the first listed op the
 graph contains and names that op (a graph with both crashes on `sin`, one with only `cos` on
 `cos`). One target then plants two distinguishable bugs, which is how triage tests check that a
-reducer keeps the bug it started with instead of sliding onto another one.
+reducer keeps the bug it started with instead of sliding onto another one. `op` may also ask
+for ops together, `faulty_crash:sin&cos`: the fault fires only on a graph that has them all (as a
+fusion bug needs both of its ops in one graph), which is how the reducer's tests plant a bug that
+two members of a pack show together and neither alone.
 """
 
 from __future__ import annotations
@@ -56,11 +59,15 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
-    wanted = op.split("|") if op is not None else None
+    together = op is not None and "&" in op
+    wanted = (op.split("&") if together else op.split("|")) if op is not None else None
 
     def fw_compiler(gm: Any, example_inputs: Any) -> Callable:
         present = graph_ops(gm)
-        hit = None if wanted is None else next((o for o in wanted if o in present), None)
+        if together:
+            hit = op if all(o in present for o in wanted) else None
+        else:
+            hit = None if wanted is None else next((o for o in wanted if o in present), None)
         triggered = wanted is None or hit is not None
         if triggered and fault == "crash":
             lower_faulty_op(hit or "any")

@@ -12,7 +12,7 @@ from nnforge.core.testcase import TestCase
 from nnforge.generator.engine import GeneratorConfig
 from nnforge.generator.seeds import generate_case
 from nnforge.mutators.base import get_mutator
-from nnforge.mutators.pack import NotPackable, pack_mutants, packable, unpack
+from nnforge.mutators.pack import NotPackable, pack_mutants, packable, subpack, unpack
 
 OPS = ("add", "sin", "cos", "relu", "mul", "exp", "sub", "tanh", "sigmoid", "neg", "abs")
 
@@ -86,6 +86,17 @@ def test_members_come_back_with_their_slices_of_the_values():
     assert second.inputs == ("x1", "y1") and second.state_dict == {"w": 2, "b": 3} and second.program == b.program
     assert second.meta["unpacked_from"] == pack.case_id and unpack(first) == []
 
+
+def test_a_subpack_keeps_the_chosen_members_with_their_values_renumbered():
+    two_inputs = (GLOBAL_COUNTER.replace("forward(self, x)", "forward(self, x, y)").replace("_helper(x)", "_helper(x) * y")
+                  .replace("(torch.randn(3),)", "(torch.randn(3), torch.randn(3))"))
+    a, b, c = _text(GLOBAL_COUNTER), _text(two_inputs), _text(GLOBAL_COUNTER.replace("2.0", "3.0"))
+    valued = pack_mutants([a, b, c]).with_(inputs=("x0", "x1", "y1", "x2"),
+                                           state_dict={"m0.w": 0, "m1.w": 1, "m2.w": 2, "m2.b": 3})
+    sub = subpack(valued, [0, 2])
+    assert sub.inputs == ("x0", "x2") and sub.state_dict == {"m0.w": 0, "m1.w": 2, "m1.b": 3}
+    assert [m.program for m in unpack(sub)] == [a.program, c.program] and "_p2_" not in sub.program
+    assert sub.meta["unpacked_from"] == valued.case_id and len(sub.meta["pack_members"]) == 2
 
 @pytest.mark.parametrize("case, why", [
     (_text(GLOBAL_COUNTER, calls=(CallStep(), CallStep(reset_cache=True))), "not one plain call"),

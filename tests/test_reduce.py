@@ -181,6 +181,35 @@ def test_a_mutant_pack_is_unpacked_to_the_member_that_holds_the_bug(pool):
     assert res.case.inputs is not None and len(res.case.inputs) < len(case.inputs)
 
 
+def test_a_mutant_pack_whose_bug_needs_two_members_keeps_just_those_two(pool):
+    """A bug that needs two members in one graph (here a planted fault that fires only on a graph
+    with both sin and cos) shows in no member alone: the pack is cut down to the two it needs."""
+    import random
+
+    from nnforge.mutators.base import get_mutator
+    from nnforge.mutators.pack import pack_mutants, unpack
+
+    closures = get_mutator("e1_globals_closures")
+    plain = [c for c in (generate_case(GeneratorConfig(seed=s, ops=OPS, n_nodes=6))[0] for s in range(200, 260))
+             if closures.applicable(c)]
+    def first(has: str, lacks: str):
+        return next(closures.mutate(c, random.Random(0), None) for c in plain
+                    if has in c.meta["ops"] and lacks not in c.meta["ops"])
+    neither = [c for c in plain if not {"sin", "cos"} & set(c.meta["ops"])]
+    members = [first("sin", "cos"), closures.mutate(neither[0], random.Random(0), None), first("cos", "sin"),
+               closures.mutate(neither[1], random.Random(0), None)]
+    verdict, case = _check(pool, pack_mutants(members), "faulty_crash:sin&cos")
+    assert verdict.symptom is Symptom.CRASH and "sin&cos" in verdict.exc_message
+    res = Reducer(pool, "faulty_crash:sin&cos", passes=("members",)).reduce(case, verdict)
+    assert res.verified
+    assert any(step.startswith("members: none of the 4 shows the bug alone, members [0, 2] together do")
+               for step in res.steps), res.steps
+    kept = unpack(res.case)
+    assert [m.program for m in kept] == [members[0].program, members[2].program]
+    ins = unpack(case)  # each kept member runs on its own slice of the pack's values
+    assert all(len(k.inputs) == len(i.inputs) and all(a.equal(b) for a, b in zip(k.inputs, i.inputs))
+               for k, i in zip(kept, (ins[0], ins[2])))
+
 DEAD_LINES = """import torch
 import collections
 import math

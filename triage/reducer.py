@@ -3,7 +3,8 @@
 Passes, in order, each delta debugging over one kind of part (see ddmin.py):
 
 0. `members`: a pack of mutants (mutators/pack.py) becomes the one member that shows the bug
-   alone on its slice of the pack's values, when one does;
+   alone on its slice of the pack's values, when one does, else the fewest members that show it
+   together (a smaller pack);
 1. `calls`: the invocation sequence, fewest calls that still show the bug;
 2. `graph`: the generator graph's outputs (the guilty output's cone), its nodes, then the
    outputs left (graph_reduce.py), for cases whose program is still their graph's materialisation;
@@ -27,7 +28,7 @@ from typing import Any, Callable, Iterable
 from nnforge.core.limits import VALUE_SEARCH_BUDGET_MS
 from nnforge.core.testcase import TestCase
 from nnforge.core.verdict import Verdict
-from nnforge.mutators.pack import unpack
+from nnforge.mutators.pack import subpack, unpack
 from nnforge.triage import graph_reduce as gr
 from nnforge.triage import program_reduce as pr
 from nnforge.triage.canonical import program_ops
@@ -277,6 +278,14 @@ class _Run:
         for i, member in enumerate(members):
             if self.interesting(member):
                 self._log(f"members: member {i} of {len(members)} alone", base, q0)
+                self.unpacked()
+                return
+        if len(members) > 2:  # the bug needs members together: keep the fewest it needs
+            kept = ddmin(list(range(len(members))),
+                         lambda keep: self.interesting(subpack(base, keep)), min_size=2)
+            if len(kept) < len(members):
+                self._log(f"members: none of the {len(members)} shows the bug alone, members "
+                          f"{kept} together do", base, q0)
                 self.unpacked()
                 return
         self.steps.append(f"members: none of the {len(members)} shows the bug alone; the pack stays "
