@@ -280,7 +280,8 @@ class _Run:
                 self._log(f"members: member {i} of {len(members)} alone", base, q0)
                 self.unpacked()
                 return
-        if len(members) > 2:  # the bug needs members together: keep the fewest it needs
+        if len(members) > 2:  # the bug needs members together: keep the fewest it needs, a search
+            self.unpacked()  # that gets the budget the trials alone took (each query compiles a pack)
             kept = ddmin(list(range(len(members))),
                          lambda keep: self.interesting(subpack(base, keep)), min_size=2)
             if len(kept) < len(members):
