@@ -810,7 +810,9 @@ class Campaign:
         triage.wake()
         deadline = time.monotonic() + cap
         while not self._stop.is_set() and triage.is_alive() and time.monotonic() < deadline:
-            if not needs & {f.finding_id for f in self.store.new_findings()}:
+            # a finding leaves the new ones when its cluster is chosen, before its repro check runs:
+            # wait for that too, or the cluster stays "unchecked" and off the morning list
+            if not needs & {f.finding_id for f in self.store.new_findings()} and not triage.current:
                 return
             time.sleep(0.5)
         left = len(needs & {f.finding_id for f in self.store.new_findings()})

@@ -463,6 +463,9 @@ def test_findings_recorded_as_the_budget_ends_are_triaged_before_the_campaign_en
     assert said and "at most 90 s more" in said[0], res.stdout
     statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
     assert statuses.get("new", 0) == 0 and statuses.get("triaged", 0) >= 1, (statuses, res.stdout)
+    # a finding leaves "new" when its cluster is chosen: its repro check must still run to the end
+    repro = dict(_query(out, "SELECT cluster_id, repro_status FROM clusters"))
+    assert repro and "unchecked" not in repro.values(), (repro, res.stdout)
     summary = (out / "summary.md").read_text()
     assert "## Waiting for triage" not in summary and "## Unique bugs" in summary
 
