@@ -60,7 +60,7 @@ def _faulty_compiler(fault: str, op: str | None, eps: float) -> Any:
     from torch._functorch.aot_autograd import make_boxed_func
 
     together = op is not None and "&" in op
-    wanted = (op.split("&") if together else op.split("|")) if op is not None else None
+    wanted = None if op is None else op.split("&" if together else "|")
 
     def fw_compiler(gm: Any, example_inputs: Any) -> Callable:
         present = graph_ops(gm)

@@ -98,6 +98,7 @@ def test_a_subpack_keeps_the_chosen_members_with_their_values_renumbered():
     assert [m.program for m in unpack(sub)] == [a.program, c.program] and "_p2_" not in sub.program
     assert sub.meta["unpacked_from"] == valued.case_id and len(sub.meta["pack_members"]) == 2
 
+
 @pytest.mark.parametrize("case, why", [
     (_text(GLOBAL_COUNTER, calls=(CallStep(), CallStep(reset_cache=True))), "not one plain call"),
     (_text(GLOBAL_COUNTER.replace("_helper(x) +", "torch.rand_like(x) +")), "random"),

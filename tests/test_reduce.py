@@ -210,6 +210,7 @@ def test_a_mutant_pack_whose_bug_needs_two_members_keeps_just_those_two(pool):
     assert all(len(k.inputs) == len(i.inputs) and all(a.equal(b) for a, b in zip(k.inputs, i.inputs))
                for k, i in zip(kept, (ins[0], ins[2])))
 
+
 DEAD_LINES = """import torch
 import collections
 import math
