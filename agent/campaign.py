@@ -63,6 +63,7 @@ from nnforge.core.verdict import Verdict
 CASES_SUBDIR = "cases"
 PROBE_MB = 4
 PROBE_TIMEOUT_S = 15.0  # an eager run of a candidate mutant
+CAMPAIGN_CACHE_DIR = "inductor-cache"  # the campaign's own compile cache, inside its folder
 MAX_DRAWS_PER_SLOT = 6  # attempts to make a new test before waiting for a result
 EXHAUSTED_AFTER = 20  # consecutive duplicates after which an arm is retired (history seeds all run)
 
@@ -423,12 +424,27 @@ class Campaign:
             self.gate = GateCheck(lambda *a, **k: self._probe_pool_call()(*a, **k))
         return self.gate(case)
 
+    def _inductor_cache_dir(self) -> str:
+        """The campaign's own compile cache (no other run's kernels, none of its kernels for
+        another run), unless the user shares one on purpose (NNFORGE_INDUCTOR_CACHE_DIR)."""
+        from nnforge.core.settings import load_settings
+        from nnforge.oracle.compile_cache import fresh_compile_cache
+
+        shared = load_settings().inductor_cache_dir
+        if shared:
+            return shared
+        own = self.out / CAMPAIGN_CACHE_DIR
+        if not own.is_dir():
+            fresh_compile_cache(own)
+        return str(own)
+
     def _probe_pool_call(self) -> Callable[..., Any]:
         if self._probe_pool is None:
             from nnforge.oracle.sandbox import WorkerPool
 
             self._probe_pool = WorkerPool(size=1, timeout_s=PROBE_TIMEOUT_S, memory_mb=self.cfg.memory_mb,
-                                          inductor_cache_dir=_inductor_cache_dir())
+                                          inductor_cache_dir=self._inductor_cache_dir(), protect=(str(self.out),),
+                                          warm=("eager",))
         return self._probe_pool.call
 
     def _probe(self) -> Callable[[TestCase], bool]:
@@ -602,8 +618,8 @@ class Campaign:
         try:
             self.executor = make_executor(self.cfg.executor, ExecutorConfig(
                 workers=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
-                value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=_inductor_cache_dir(),
-                coverage=self.cfg.coverage, protect=(str(self.out),)),
+                value_search_budget_ms=self.cfg.value_search_budget_ms, inductor_cache_dir=self._inductor_cache_dir(),
+                coverage=self.cfg.coverage, protect=(str(self.out),), warm=tuple(self.cfg.targets)),
                 address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
             try:
                 if self.cfg.triage:
@@ -663,7 +679,7 @@ class Campaign:
         own = None
         if pool is None:  # Ray: probe on a local pool of its own
             own = pool = WorkerPool(size=self.cfg.workers, timeout_s=self.cfg.timeout_s, memory_mb=self.cfg.memory_mb,
-                                    inductor_cache_dir=_inductor_cache_dir())
+                                    inductor_cache_dir=self._inductor_cache_dir(), protect=(str(self.out),))
         try:
             table = export_table_for(load_settings().export_table_dir, pool.call, self.cfg.workers, self.display.event)
         except Exception as e:  # no table: ONNX tests are generated as before, and say so
@@ -871,9 +887,5 @@ def _check_targets(targets: tuple[str, ...]) -> None:
             raise CampaignSetupError(str(e)) from e
 
 
-def _inductor_cache_dir() -> str:
-    from nnforge.core.settings import load_settings
-
-    return load_settings().inductor_cache_dir
 
 

@@ -64,8 +64,11 @@ def run(
         raise typer.Exit(2)
     timeout_s = float(timeout) if timeout is not None else settings.worker_timeout_s
     budget = value_search_budget_ms if value_search_budget_ms is not None else settings.value_search_budget_ms
+    # The case's folder and the folder around it are the user's: the program may write neither.
+    case_path = Path(case_dir).resolve()
     with WorkerPool(size=1, timeout_s=timeout_s, memory_mb=settings.worker_memory_mb,
-                    inductor_cache_dir=settings.inductor_cache_dir) as pool:
+                    inductor_cache_dir=settings.inductor_cache_dir or None, warm=(),
+                    protect=(str(case_path), str(case_path.parent))) as pool:
         result = Oracle(pool, target_list, budget, stop_at_first=not all_rungs).check(case)
 
     saved = _save_values(case_dir, result, force=save_values)

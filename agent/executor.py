@@ -39,6 +39,7 @@ class ExecutorConfig:
     inductor_cache_dir: str | None = None
     coverage: bool = False  # Oracle(coverage=True): each result carries the compiler lines new to its worker
     protect: tuple[str, ...] = ()  # folders workers see read-only (the campaign folder), see oracle/sandbox.py
+    warm: tuple[str, ...] = ("inductor",)  # targets a fork server's template compiles once before its calls
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def _make_pool(cfg: ExecutorConfig, size: int) -> Any:
     from nnforge.oracle.sandbox import WorkerPool
 
     return WorkerPool(size=size, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, recycle_after=cfg.recycle_after,
-                      inductor_cache_dir=cfg.inductor_cache_dir, protect=cfg.protect)
+                      inductor_cache_dir=cfg.inductor_cache_dir, protect=cfg.protect, warm=cfg.warm)
 
 
 class _Oracles:

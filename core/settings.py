@@ -44,7 +44,14 @@ class Settings(BaseSettings):
     # non-dumpable (whatever of that the machine allows; oracle/confine.py); "basic": a scrubbed
     # environment and a temp working directory only.
     worker_sandbox: Literal["strong", "basic"] = "strong"
-    inductor_cache_dir: str = "~/.cache/nnforge/inductor"
+    # "fork": every test in a fresh process forked from a warmed template, so nothing one test did
+    # to its process reaches the next; "reuse": a worker serves many tests (measure against it only).
+    worker_slate: Literal["fork", "reuse"] = "fork"
+    # the uid each forked test runs as when NNForge runs as root (and the machine allows it)
+    worker_uid: int = Field(65534, ge=1)
+    # empty (the default): each campaign its own compile cache (<campaign>/inductor-cache), every
+    # other command a fresh one; a path shares that cache on purpose (tests can write to it).
+    inductor_cache_dir: str = ""
     # "one": the C++ kernels of one Inductor graph are built in one compiler run (oracle/kernel_unit.py,
     # same sources and flags, 1.6x less compile time); "each": one run per kernel, as Inductor does.
     inductor_kernel_unit: Literal["one", "each"] = "one"

@@ -24,11 +24,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+import struct
 import sys
 
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+PR_SET_PDEATHSIG = 1
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -147,6 +152,278 @@ def make_non_dumpable() -> bool:
     return _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
+# -- one call, one confinement ----------------------------------------------------------------
+# A sandbox worker is a fork server: it imports torch and the compilers once and forks every
+# call from that template, so nothing one test did to its process reaches the next. Where the
+# machine allows, each forked call also gets a pid namespace of its own (it sees and can signal
+# nothing outside it, and everything in it dies with it), a mount namespace in which the whole
+# system is read-only but its own work dir and the compile cache, a fresh /proc and /dev/shm,
+# and, when NNForge runs as root, an unprivileged uid with no capabilities.
+UNPRIVILEGED_UID = 65534  # "nobody" on Debian and most distributions
+CALL_WORK, CALL_CACHE = "work", "cache"  # under the call root: where a confined call finds its dirs
+
+
+class CallConfinement:
+    """What a forked call is confined by; `call_root` is an empty directory every uid can reach
+    (the worker's own folders may sit below folders the unprivileged uid cannot enter, so a
+    call sees its work dir and the cache bound there: `<call_root>/work`, `<call_root>/cache`)."""
+
+    def __init__(self, *, pid_ns: bool = False, read_only_system: bool = False, uid: int | None = None,
+                 drop_caps: bool = False, call_root: str | None = None, cache_dir: str | None = None):
+        if (read_only_system or uid is not None) and not (pid_ns and call_root):
+            raise ValueError("a read-only system and a uid of its own need the call's own namespaces and a call root")
+        self.pid_ns, self.read_only_system, self.uid = pid_ns, read_only_system, uid
+        self.drop_caps, self.call_root, self.cache_dir = drop_caps, call_root, cache_dir
+
+    def argv(self) -> list[str]:
+        out: list[str] = []
+        if self.pid_ns:
+            out.append("--call-pid-ns")
+        if self.read_only_system:
+            out.append("--call-read-only-system")
+        if self.uid is not None:
+            out += ["--call-uid", str(self.uid)]
+        if self.drop_caps:
+            out.append("--call-drop-caps")
+        if self.call_root:
+            out += ["--call-root", self.call_root]
+        if self.cache_dir:
+            out += ["--call-cache", self.cache_dir]
+        return out
+
+    @classmethod
+    def from_argv(cls, flags: list[str]) -> "CallConfinement":
+        def value(name: str) -> str | None:
+            vals = _values(flags, name)
+            return vals[-1] if vals else None
+
+        uid = value("--call-uid")
+        return cls(pid_ns="--call-pid-ns" in flags, read_only_system="--call-read-only-system" in flags,
+                   uid=None if uid is None else int(uid), drop_caps="--call-drop-caps" in flags,
+                   call_root=value("--call-root"), cache_dir=value("--call-cache"))
+
+    def paths(self, work_dir: str) -> tuple[str, str | None]:
+        """(work dir, cache dir) as the confined call sees them."""
+        if self.pid_ns and self.call_root:
+            return (os.path.join(self.call_root, CALL_WORK),
+                    os.path.join(self.call_root, CALL_CACHE) if self.cache_dir else None)
+        return work_dir, self.cache_dir
+
+
+def _unescape_mount_path(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def mount_points() -> list[str]:
+    """Every mount point this process sees, outermost first."""
+    out = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 4:
+                out.append(_unescape_mount_path(fields[4]))
+    return out
+
+
+def make_system_read_only(keep_writable: set[str]) -> None:
+    """Remount every mount point read-only (in this mount namespace only) but `keep_writable`."""
+    for point in mount_points():
+        if point in keep_writable or point == "/proc" or point.startswith("/proc/"):
+            continue
+        p = os.fsencode(point)
+        if _libc.mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | _kept_flags(p), None) != 0:
+            err = ctypes.get_errno()
+            if point == "/" or err not in (2, 13, 22):  # ENOENT/EACCES/EINVAL: a mount hidden below another
+                raise ConfineError(err, f"remount {point} read-only: {os.strerror(err)}")
+
+
+def _bind_dir(fd: int, target: str) -> None:
+    os.makedirs(target, exist_ok=True)
+    _mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(target), MS_BIND | MS_REC)
+
+
+def interpreter_paths() -> list[str]:
+    """What a Python run needs to reach: the interpreter, its library, the import path."""
+    found = [sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix,
+             *(p for p in sys.path if p)]
+    out: list[str] = []
+    for p in found:
+        real = os.path.realpath(p)
+        if os.path.exists(real) and real not in out:
+            out.append(real)
+    return out
+
+
+def _blocks(path: str, uid: int) -> bool:
+    """True when `uid` (no groups, no capabilities) may not pass through directory `path`."""
+    st = os.stat(path)
+    return not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100))
+
+
+def expose_paths(paths: list[str], uid: int) -> None:
+    """Let `uid` reach `paths` where a folder above one does not let it through (a Python under
+    /root, mode 0700): such a folder is covered by an empty tmpfs that `uid` may pass, with only
+    the entries on the way to `paths` bound back. Nothing else in that folder shows."""
+    needed: dict[str, set[str]] = {}
+    for path in paths:
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts) - 1):
+            folder = "/" + "/".join(parts[:depth + 1])
+            needed.setdefault(folder, set()).add(parts[depth + 1])
+    for folder in sorted(needed, key=lambda f: f.count("/")):
+        if not os.path.isdir(folder) or not _blocks(folder, uid):
+            continue
+        fds = {name: os.open(os.path.join(folder, name), os.O_PATH) for name in needed[folder]
+               if os.path.lexists(os.path.join(folder, name))}
+        _check(_libc.mount(b"tmpfs", os.fsencode(folder), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0755"),
+               f"cover {folder}")
+        for name, fd in fds.items():
+            target = os.path.join(folder, name)
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(target)
+            else:
+                open(target, "w").close()
+            _mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(target), MS_BIND | MS_REC)
+            os.close(fd)
+
+
+def _enter_call_namespaces(conf: CallConfinement, work_dir: str) -> None:
+    """As the new pid namespace's init, before its one child: the call's view of the files."""
+    fds = [os.open(work_dir, os.O_RDONLY | os.O_DIRECTORY)]
+    if conf.cache_dir:
+        fds.append(os.open(conf.cache_dir, os.O_RDONLY | os.O_DIRECTORY))
+    _mount(None, b"/", MS_REC | MS_PRIVATE)
+    root = os.fsencode(conf.call_root)
+    _check(_libc.mount(b"tmpfs", root, b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=0755"), "mount the call root")
+    keep = {os.path.join(conf.call_root, CALL_WORK)}
+    _bind_dir(fds[0], os.path.join(conf.call_root, CALL_WORK))
+    if conf.cache_dir:
+        _bind_dir(fds[1], os.path.join(conf.call_root, CALL_CACHE))
+        keep.add(os.path.join(conf.call_root, CALL_CACHE))
+    for fd in fds:
+        os.close(fd)
+    if conf.uid is not None:
+        expose_paths(interpreter_paths(), conf.uid)
+    if conf.read_only_system:
+        make_system_read_only(keep)
+    _check(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount a fresh /proc")
+    if os.path.isdir("/dev/shm"):
+        _check(_libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"size=64m,mode=1777"),
+               "mount a private /dev/shm")
+
+
+def drop_privileges(conf: CallConfinement) -> None:
+    """The unprivileged uid (when asked and root), no capabilities, no way to gain any back."""
+    if conf.uid is not None and os.geteuid() == 0:
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        for cap in range(_CAP_LAST + 1):
+            if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+                _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
+        os.setgroups([])
+        os.setresgid(conf.uid, conf.uid, conf.uid)
+        os.setresuid(conf.uid, conf.uid, conf.uid)  # the kernel clears every capability with it
+    elif conf.drop_caps:
+        drop_capabilities()
+
+
+def hand_over(path: str, uid: int) -> None:
+    """Make `path` (a compile cache) and all in it the unprivileged uid's, so its calls can
+    write there: before a pool starts, and again after a template's warm-up wrote into it."""
+    for root, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            try:
+                os.lchown(os.path.join(root, name), uid, uid)
+            except OSError:
+                pass
+    os.chown(path, uid, uid)
+
+
+_STATUS = struct.Struct("!i")
+SETUP_FAILED = 125  # a relay's exit code when the call's confinement could not be set up
+
+
+def fork_confined(conf: CallConfinement, work_dir: str) -> tuple[int, int]:
+    """Fork one confined run. In the caller: (pid to wait for, fd to read the run's wait status
+    from, see `wait_confined`). In the confined child: (0, -1), cwd at the call's work dir, its
+    privileges dropped; it must end with os._exit.
+
+    With a pid namespace there are two relays: the first child enters the namespaces, the second
+    is the namespace's init (which the kernel spares signals it sent itself), and the run is
+    init's only child; when the run ends, init exits and the kernel kills whatever is left."""
+    if not conf.pid_ns:
+        pid = os.fork()
+        if pid:
+            return pid, -1
+        try:
+            os.chdir(work_dir)
+            drop_privileges(conf)
+        except BaseException as e:  # pragma: no cover - the child
+            _say_setup_failed(e)
+        return 0, -1
+    status_r, status_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(status_w)
+        return pid, status_r
+    try:  # first relay
+        os.close(status_r)
+        _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS), "unshare(CLONE_NEWPID | CLONE_NEWNS)")
+        init = os.fork()
+        if init:
+            _, status = os.waitpid(init, 0)
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else SETUP_FAILED)
+        _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # init of the namespace
+        _enter_call_namespaces(conf, work_dir)
+        run = os.fork()
+        if run:
+            while True:  # reap every orphan until the run itself ends
+                got, status = os.waitpid(-1, 0)
+                if got == run:
+                    os.write(status_w, _STATUS.pack(status))
+                    os._exit(0)
+        os.close(status_w)
+        os.chdir(conf.paths(work_dir)[0])
+        drop_privileges(conf)
+    except BaseException as e:  # pragma: no cover - a relay or the run before it starts
+        _say_setup_failed(e)
+    return 0, -1
+
+
+def point_environment_at(conf: CallConfinement, work_dir: str) -> None:
+    """In the confined run: temp files, home and the compile cache where the run may write."""
+    work, cache = conf.paths(work_dir)
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ.update({"TMPDIR": tmp, "HOME": work})
+    if cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    import tempfile
+
+    tempfile.tempdir = None  # computed again from TMPDIR
+
+
+def _say_setup_failed(e: BaseException) -> None:
+    try:
+        os.write(2, f"nnforge confine: cannot confine the call: {e}\n".encode())
+    finally:
+        os._exit(SETUP_FAILED)
+
+
+def wait_confined(pid: int, status_fd: int) -> int:
+    """The run's wait status (as os.waitpid gives it) once every relay is gone."""
+    _, status = os.waitpid(pid, 0)
+    if status_fd < 0:
+        return status
+    try:
+        data = os.read(status_fd, _STATUS.size)
+    finally:
+        os.close(status_fd)
+    if len(data) == _STATUS.size:
+        return _STATUS.unpack(data)[0]
+    return status  # a relay died before the run ended (killed from outside, or setup failed)
+
+
 _PROBE_DIR: list[str] = []  # set by probe() before it forks the fence check
 
 
@@ -160,6 +437,30 @@ def _probe_fence() -> None:
         open(os.path.join(d, "rw", "x"), "w").close()  # read-only outside, writable inside: it works
         return
     raise ConfineError(1, "a read-only bind mount stayed writable")
+
+
+def _probe_call(uid: int | None) -> None:
+    d = os.path.join(_PROBE_DIR[0], f"call-{uid}")
+    os.mkdir(d)
+    work, root = os.path.join(d, "work"), os.path.join(d, "root")
+    for p in (work, root):
+        os.makedirs(p, exist_ok=True)
+        os.chmod(p, 0o777 if p == work else 0o755)
+    conf = CallConfinement(pid_ns=True, read_only_system=True, uid=uid, drop_caps=True, call_root=root)
+    pid, status_fd = fork_confined(conf, work)
+    if pid == 0:  # the confined run: it sees only itself, may write its work dir only, as the uid asked
+        ok = os.getpid() == 2 and sorted(n for n in os.listdir("/proc") if n.isdigit()) == ["1", "2"]
+        open("written", "w").close()
+        try:
+            open(os.path.join(d, "outside"), "w").close()
+            ok = False
+        except OSError:
+            pass
+        ok = ok and (uid is None or os.getuid() == uid)
+        os._exit(0 if ok else 1)
+    status = wait_confined(pid, status_fd)
+    if os.waitstatus_to_exitcode(status) != 0 or not os.path.exists(os.path.join(work, "written")):
+        raise ConfineError(1, f"a confined call did not run as asked (status {status})")
 
 
 def probe() -> dict[str, bool]:
@@ -179,7 +480,11 @@ def probe() -> dict[str, bool]:
 
 def _probe_each() -> dict[str, bool]:
     out = {}
-    for name, fn in (("no_network", isolate_network), ("fence", _probe_fence), ("drop_caps", drop_capabilities)):
+    checks = [("no_network", isolate_network), ("fence", _probe_fence), ("drop_caps", drop_capabilities),
+              ("call_ns", lambda: _probe_call(None))]
+    if os.geteuid() == 0:
+        checks.append(("call_uid", lambda: _probe_call(UNPRIVILEGED_UID)))
+    for name, fn in checks:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
             try:
@@ -218,8 +523,21 @@ def main(argv: list[str]) -> int:
     except OSError as e:  # ConfineError, or a temp file that could not be made
         sys.stderr.write(f"nnforge confine: cannot confine the worker: {e.strerror or e}\n")
         return 126
-    os.execv(target[0], target)
-    return 127  # pragma: no cover - execv does not return
+    conf = CallConfinement.from_argv(flags)
+    work = _values(flags, "--call-work")
+    if not work:
+        os.execv(target[0], target)
+        return 127  # pragma: no cover - execv does not return
+    try:
+        pid, status_fd = fork_confined(conf, work[-1])
+    except OSError as e:
+        sys.stderr.write(f"nnforge confine: cannot confine the run: {e.strerror or e}\n")
+        return 126
+    if pid == 0:  # the run: its environment points at what it may write, then it becomes the target
+        point_environment_at(conf, work[-1])
+        os.execv(target[0], target)
+    status = wait_confined(pid, status_fd)
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
 if __name__ == "__main__":

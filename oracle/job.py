@@ -560,6 +560,41 @@ def _with_reset_run(prog: Program, ref: Reference, backend: Backend, retained: R
 
 
 # -- the entry point --------------------------------------------------------------------------------------------
+WARM_UP_PROGRAM = """
+import torch
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)).sum(1)
+
+def make_inputs():
+    return (torch.randn(2, 4),)
+"""
+
+
+def warm_up(targets: list[str]) -> None:
+    """Trusted, in a fork server's template before any call: one fixed program through the real
+    compilers behind `targets` (test-only targets warm Dynamo alone), so every forked test starts
+    with their imports and first-compile work done instead of paying for them again."""
+    from nnforge.oracle.backend import _TARGETS
+
+    load_backends()
+    names: list[str] = []
+    for text in targets:
+        spec = _TARGETS.get(text.partition(":")[0])
+        name = spec.name if spec is not None and not spec.hidden else "eager"
+        if name not in names:
+            names.append(name)
+    run_case({"program": WARM_UP_PROGRAM, "targets": names, "value_search_budget_ms": 20.0})
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
 def run_case(payload: dict[str, Any]) -> dict[str, Any]:
     """Everything the oracle does for one case inside a worker (see the module docstring).
 

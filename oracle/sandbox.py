@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nnforge.core import wire
-from nnforge.oracle.worker import (FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, WORKER_MARK, descendants, encode_frame,
-                                   kill_marked, kill_tree, strip_worker_frames)
+from nnforge.oracle.compile_cache import fresh_compile_cache
+from nnforge.oracle.worker import (FAULT_LOG, HEADER, MAGIC, OUTPUT_LOG, WORKER_MARK, descendants_with_depth,
+                                   encode_frame, kill_marked, kill_tree, strip_worker_frames)
 
 STATUSES = ("ok", "error", "segfault", "timeout", "oom")
 
@@ -55,6 +56,8 @@ START_ATTEMPTS = 3  # fresh workers a call tries before it reports that none wou
 _DUMP_WAIT_S = 1.0
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
+_FIRST_CHUNK = 1 << 20  # a reply's buffer starts this big and doubles as bytes arrive
+HANDSHAKE_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -154,13 +157,24 @@ class Isolation:
     parent_non_dumpable: bool
     missing: tuple[str, ...]  # what "strong" asked for and this machine did not allow
     fence: bool = False  # protected folders read-only, .env files hidden (a mount namespace)
+    slate: str = "reuse"  # "fork": every call in a process forked from a warmed template
+    call_ns: bool = False  # each forked call: its own pid and mount namespaces, a read-only system
+    call_uid: int | None = None  # each forked call runs as this unprivileged uid
 
     def summary(self) -> str:
         have = ["secrets scrubbed from the environment", "temp working directory"]
+        if self.slate == "fork":
+            have.append("every test in a fresh process forked from a warmed template (a clean slate)")
+        if self.call_ns:
+            have.append("each test in its own pid namespace (sees and signals nothing outside it), "
+                        "the system read-only but its work dir and the compile cache")
+        if self.call_uid is not None:
+            have.append(f"each test as unprivileged uid {self.call_uid}")
         if "--no-network" in self.flags:
             have.append("no network (own network namespace)")
-        if "--drop-caps" in self.flags:
-            have.append("no capabilities (root in name only)" if os.geteuid() == 0 else "no_new_privs")
+        if "--drop-caps" in self.flags or self.call_ns:
+            have.append("no capabilities" + (" (root in name only)" if os.geteuid() == 0 and self.call_uid is None
+                                             else "") if os.geteuid() == 0 else "no_new_privs")
         if self.parent_non_dumpable:
             have.append("parent's /proc unreadable (non-dumpable)")
         if self.fence:
@@ -168,7 +182,9 @@ class Isolation:
         text = f"sandbox {self.level}: " + ", ".join(have)
         if self.missing:
             text += "; not available here: " + ", ".join(self.missing)
-        if self.level == "strong" and not self.fence:
+        if self.call_ns:
+            pass
+        elif self.level == "strong" and not self.fence:
             text += ("; still open: the filesystem (files the worker's uid may read or write, "
                      "the campaign folder and checkout included)")
         elif self.level == "strong":
@@ -180,22 +196,40 @@ _PROBED: dict[str, bool] = {}
 _NON_DUMPABLE: list[bool] = []
 
 
-def plan_isolation(level: str) -> Isolation:
-    """The strongest isolation `level` allows on this machine (probed once per process)."""
+SLATES = ("fork", "reuse")
+
+
+def plan_isolation(level: str, slate: str = "fork", uid: int | None = None) -> Isolation:
+    """The strongest isolation `level` allows on this machine (probed once per process).
+
+    `slate` "fork" runs every call in a process forked from a warmed template; "reuse" runs many
+    calls in one worker process (faster to measure against, not safe: see the README)."""
     from nnforge.oracle import confine
 
     if level not in SANDBOX_LEVELS:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOX_LEVELS)}, not {level!r}")
+    if slate not in SLATES:
+        raise ValueError(f"worker slate must be one of {', '.join(SLATES)}, not {slate!r}")
     if level == "basic":
-        return Isolation("basic", (), False, ())
+        return Isolation("basic", (), False, (), slate=slate)
     if not _PROBED:
         _PROBED.update(confine.probe())
     if not _NON_DUMPABLE:  # once, for good: the parent holds the API keys workers must not read
         _NON_DUMPABLE.append(confine.make_non_dumpable())
-    flags = tuple(f for f, key in (("--no-network", "no_network"), ("--drop-caps", "drop_caps")) if _PROBED.get(key))
-    missing = tuple(what for key, what in (("no_network", "a network namespace"), ("fence", "a mount namespace"),
-                                           ("drop_caps", "dropping capabilities")) if not _PROBED.get(key))
-    return Isolation("strong", flags, _NON_DUMPABLE[0], missing, fence=bool(_PROBED.get("fence")))
+    call_ns = slate == "fork" and bool(_PROBED.get("call_ns"))
+    call_uid = (confine.UNPRIVILEGED_UID if uid is None else uid) if call_ns and _PROBED.get("call_uid") else None
+    # The template drops nothing when its calls get namespaces of their own (it makes them; it
+    # never runs a program): each call drops its capabilities itself.
+    flags = tuple(f for f, key in (("--no-network", "no_network"), ("--drop-caps", "drop_caps"))
+                  if _PROBED.get(key) and not (call_ns and f == "--drop-caps"))
+    wanted = [("no_network", "a network namespace"), ("fence", "a mount namespace"), ("drop_caps", "dropping capabilities")]
+    if slate == "fork":
+        wanted.append(("call_ns", "a pid namespace per test"))
+        if os.geteuid() == 0:
+            wanted.append(("call_uid", "an unprivileged uid per test"))
+    missing = tuple(what for key, what in wanted if not _PROBED.get(key))
+    return Isolation("strong", flags, _NON_DUMPABLE[0], missing, fence=bool(_PROBED.get("fence")), slate=slate,
+                     call_ns=call_ns, call_uid=call_uid)
 
 
 _FENCE_CHECKED: dict[tuple[str, ...], str | None] = {}
@@ -244,10 +278,23 @@ def default_kernel_unit() -> str:
     return load_settings().inductor_kernel_unit
 
 
-def default_inductor_cache_dir() -> str:
+def default_inductor_cache_dir() -> str | None:
+    """The user's shared compile cache, or None (the default): each pool or campaign its own."""
     from nnforge.core.settings import load_settings
 
-    return os.path.abspath(os.path.expanduser(load_settings().inductor_cache_dir))
+    path = load_settings().inductor_cache_dir
+    return os.path.abspath(os.path.expanduser(path)) if path else None
+
+
+def call_root_parent() -> str:
+    """Where a pool's call root goes: a folder every uid may pass (the temp dir may not be one)."""
+    for parent in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
+        try:
+            if os.stat(parent).st_mode & 0o001:
+                return parent
+        except OSError:
+            continue
+    return tempfile.gettempdir()
 
 
 # -- faulthandler dumps -----------------------------------------------------------------------
@@ -292,9 +339,11 @@ def _load_reply(body: bytes) -> tuple[str, Any, int]:
         reply = wire.decode(body)
     except wire.WireError as e:
         raise ProtocolError(str(e)) from None
-    if not isinstance(reply, tuple) or len(reply) != 3 or reply[0] not in ("ok", "error") or type(reply[2]) is not int:
+    if not isinstance(reply, tuple) or len(reply) != 3 or reply[0] not in ("ok", "error", "exit") or type(reply[2]) is not int:
         raise ProtocolError(f"a reply must be ('ok', value, id) or ('error', details, id), got {_shape(reply)}")
     kind, data, call_id = reply
+    if kind == "exit" and type(data) is not int:
+        raise ProtocolError("an exit frame carries the call process's wait status")
     if kind == "error":
         if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("type", "message", "traceback")):
             raise ProtocolError("an error reply needs the strings type, message and traceback")
@@ -356,18 +405,28 @@ class _Worker:
     """One child process; used by one thread at a time (the pool hands out whole workers)."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...], work_root: str | None,
-                 confine_flags: tuple[str, ...] = ()):
+                 confine_flags: tuple[str, ...] = (), worker_flags: tuple[str, ...] = (), run_depth: int = 0,
+                 shared_tmp_parent: str | None = None):
         self.workdir = tempfile.mkdtemp(prefix="nnforge-worker-", dir=work_root)
         os.mkdir(os.path.join(self.workdir, "tmp"))
+        # A template's temp dir holds what its warm-up built and its calls read at the same path
+        # (Inductor's precompiled headers): then it must be one the calls' uid can reach.
+        self.tmpdir = os.path.join(self.workdir, "tmp")
+        if shared_tmp_parent:
+            self.tmpdir = tempfile.mkdtemp(prefix="nnforge-template-tmp-", dir=shared_tmp_parent)
+            os.chmod(self.tmpdir, 0o755)
+        self.forks = "--fork" in worker_flags
+        self.run_depth = run_depth  # where a forked call's own processes start below the template
         self.output_log = os.path.join(self.workdir, OUTPUT_LOG)
         self.fault_log = os.path.join(self.workdir, FAULT_LOG)
         child_env = dict(env)
-        child_env["TMPDIR"] = os.path.join(self.workdir, "tmp")
+        child_env["TMPDIR"] = self.tmpdir
         self.mark = os.urandom(8).hex()
         child_env[WORKER_MARK] = self.mark  # how its orphans are found once it is gone (worker.kill_marked)
         argv = [sys.executable, "-u", "-m", "nnforge.oracle.worker", "--workdir", self.workdir]
         for name in preload:
             argv += ["--preload", name]
+        argv += list(worker_flags)
         if confine_flags and "--read-only" in confine_flags:  # its own work dir stays writable
             confine_flags = (*confine_flags, "--writable", self.workdir)
         if confine_flags:  # the launcher confines itself, then execs the worker
@@ -403,24 +462,34 @@ class _Worker:
 
     # Waiting for one frame, with a deadline and the RSS watchdog. Calls are strictly
     # request/reply, so nothing is ever buffered beyond the frame being read.
-    def _await_frame(self, deadline: float, memory_bytes: int | None) -> bytearray:
+    def call_processes(self) -> list[int]:
+        """The processes a call runs in: the worker itself, or (a fork server) what it forked for
+        the call, less the relays that set up its namespaces."""
+        if not self.forks:
+            return [self.pid]
+        return [pid for pid, depth in descendants_with_depth(self.pid) if depth == self.run_depth + 1]
+
+    def _await_frame(self, deadline: float, memory_bytes: int | None, max_bytes: int) -> bytearray:
         fd = self.proc.stdout.fileno()
         header = bytearray()
         body: bytearray | None = None
         view: memoryview | None = None
-        got = 0
+        size = got = 0
         next_rss_check = next_tree_check = 0.0
+        tree_rss = 0
         while True:
             now = time.monotonic()
             if memory_bytes is not None and now >= next_rss_check:
-                rss = _rss_bytes(self.pid)
+                rss = 0 if self.forks else _rss_bytes(self.pid)
                 if now >= next_tree_check:  # children count too: a program's child holding memory is its memory
-                    below = descendants(self.pid)
+                    below = descendants_with_depth(self.pid)
                     if len(below) > MAX_DESCENDANTS:
                         raise _WorkerDied("oom", f"{len(below)} processes below the worker (limit {MAX_DESCENDANTS})",
                                           rss=rss)
-                    rss += sum(_rss_bytes(p) for p in below)
+                    # a fork server's relays share the template's pages: they are not the call's memory
+                    tree_rss = sum(_rss_bytes(p) for p, depth in below if depth > self.run_depth)
                     next_tree_check = now + _TREE_POLL_S
+                rss += tree_rss
                 if rss > memory_bytes:
                     raise _WorkerDied("oom", rss=rss)
                 next_rss_check = now + _POLL_S
@@ -445,23 +514,31 @@ class _Worker:
                 magic, size = HEADER.unpack(header)
                 if magic != MAGIC:
                     raise _WorkerDied("protocol", f"corrupt frame header {bytes(header)!r}")
-                body = bytearray(size)
+                if size > max_bytes:  # checked before any allocation: the header is the program's to forge
+                    raise _WorkerDied("protocol", f"a frame of {size} bytes, over the {max_bytes}-byte limit")
+                # The buffer grows with what arrives, never with what the header claims.
+                body = bytearray(min(size, _FIRST_CHUNK))
                 view = memoryview(body)
                 if size == 0:
                     return body
             else:
                 assert view is not None
+                if got == len(body):
+                    view.release()
+                    body.extend(bytes(min(len(body), size - got)))
+                    view = memoryview(body)
                 n = os.readv(fd, [view[got:]])
                 if n == 0:
                     raise _WorkerDied("exited")
                 got += n
-                if got == len(body):
+                if got == size:
+                    view.release()
                     return body
 
     def wait_ready(self, timeout_s: float) -> None:
         if self.ready:
             return
-        body = self._await_frame(time.monotonic() + timeout_s, None)
+        body = self._await_frame(time.monotonic() + timeout_s, None, HANDSHAKE_MAX_BYTES)
         try:
             kind, pid, errors = wire.decode(body)
         except (wire.WireError, TypeError, ValueError) as e:
@@ -472,7 +549,7 @@ class _Worker:
 
     def next_frame(self, deadline: float, memory_bytes: int) -> bytes:
         """The next frame of the call in progress (after a stale one was dropped)."""
-        return self._await_frame(deadline, memory_bytes)
+        return self._await_frame(deadline, memory_bytes, memory_bytes)
 
     def request(self, frame: bytes, timeout_s: float, memory_bytes: int) -> bytes:
         """Send one encoded call; return the first reply frame's body. Raises _WorkerDied if the child dies."""
@@ -484,13 +561,18 @@ class _Worker:
         except (BrokenPipeError, OSError):
             raise _WorkerDied("exited") from None
         self.calls += 1
-        return self._await_frame(time.monotonic() + timeout_s, memory_bytes)
+        # A reply holds what the call made, which its memory limit bounds.
+        return self._await_frame(time.monotonic() + timeout_s, memory_bytes, memory_bytes)
 
     def dump_stacks(self) -> None:
-        """Ask faulthandler in the child for every thread's stack (SIGUSR1); wait for it briefly."""
-        try:
-            os.kill(self.pid, signal.SIGUSR1)
-        except ProcessLookupError:
+        """Ask faulthandler in the call's process for every thread's stack (SIGUSR1); wait briefly."""
+        targets = self.call_processes()
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        if not targets:
             return
         end, last = time.monotonic() + _DUMP_WAIT_S, -1
         while time.monotonic() < end:
@@ -533,6 +615,8 @@ class _Worker:
             except OSError:
                 pass
         shutil.rmtree(self.workdir, ignore_errors=True)
+        if not self.tmpdir.startswith(self.workdir + os.sep):
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 # -- the pool ---------------------------------------------------------------------------------
@@ -568,14 +652,17 @@ class WorkerPool:
         work_root: str | None = None,
         sandbox: str | None = None,
         protect: tuple[str, ...] | list[str] = (),
+        slate: str | None = None,
+        warm: tuple[str, ...] | list[str] = (),
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got size={size}")
-        if sandbox is None:
-            from nnforge.core.settings import load_settings
+        from nnforge.core.settings import load_settings
 
-            sandbox = load_settings().worker_sandbox
-        self.isolation = plan_isolation(sandbox)
+        settings = load_settings()
+        sandbox = settings.worker_sandbox if sandbox is None else sandbox
+        slate = settings.worker_slate if slate is None else slate
+        self.isolation = plan_isolation(sandbox, slate, settings.worker_uid)
         self.size = size
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
@@ -584,9 +671,36 @@ class WorkerPool:
         self.startup_timeout_s = float(startup_timeout_s)
         self.output_tail_bytes = int(output_tail_kb) * 1024
         self.work_root = work_root
-        cache_dir = os.path.abspath(os.path.expanduser(inductor_cache_dir)) if inductor_cache_dir else default_inductor_cache_dir()
-        os.makedirs(cache_dir, exist_ok=True)
+        cache_dir = inductor_cache_dir or default_inductor_cache_dir()
+        self._own_cache = None
+        if cache_dir:  # shared on purpose (a campaign's own, or the user's)
+            cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
+            if not os.path.isdir(cache_dir) or not os.listdir(cache_dir):
+                fresh_compile_cache(cache_dir)
+        else:  # no earlier run's kernels: a cache of the pool's own, seeded with trusted probes only
+            cache_dir = self._own_cache = fresh_compile_cache()
         self.inductor_cache_dir = cache_dir
+        self._call_root = None
+        worker_flags: list[str] = []
+        if self.isolation.slate == "fork":
+            worker_flags.append("--fork")
+            if warm:
+                worker_flags += ["--warm", "nnforge.oracle.job:warm_up"]
+                for target in warm:
+                    worker_flags += ["--warm-arg", target]
+        if self.isolation.call_ns:
+            from nnforge.oracle import confine
+            from nnforge.oracle.confine import CallConfinement
+
+            self._call_root = tempfile.mkdtemp(prefix="nnforge-call-root-", dir=call_root_parent())
+            os.chmod(self._call_root, 0o755)
+            if self.isolation.call_uid is not None:
+                confine.hand_over(cache_dir, self.isolation.call_uid)
+            worker_flags += CallConfinement(pid_ns=True, read_only_system=True, uid=self.isolation.call_uid,
+                                            drop_caps=True, call_root=self._call_root, cache_dir=cache_dir).argv()
+        self._worker_flags = tuple(worker_flags)
+        # below a fork server's template: the call's process, or two relays and then the call's process
+        self._run_depth = 2 if self.isolation.call_ns else 0
         self._confine = self.isolation.flags
         if self.isolation.fence:
             fence = fence_args(protected_paths(tuple(protect)), [cache_dir])
@@ -607,6 +721,11 @@ class WorkerPool:
         # cores per worker (one each on a 2-core machine with 2 workers) judged 1.2-1.44x the
         # programs per minute, mutants not slower (bench/results/stop32, mix-*.txt).
         child_env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads_per_worker(size)))
+        if self.isolation.slate == "fork":
+            # A compile pool started in the template (its warm-up) is threads and pipes no forked
+            # call inherits: calls would wait on it for ever. The kernel unit builds a graph's
+            # kernels in one compiler run anyway (oracle/kernel_unit.py).
+            child_env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         # Inductor's CPU kernels of one graph in one compiler run (oracle/kernel_unit.py), unless set off.
         child_env.setdefault("NNFORGE_INDUCTOR_KERNEL_UNIT", default_kernel_unit())
         child_env.update(env or {})
@@ -637,6 +756,9 @@ class WorkerPool:
         with self._lock:
             self._closed = True
         _kill_all(self._slots)
+        for path in (self._own_cache, self._call_root):
+            if path:
+                shutil.rmtree(path, ignore_errors=True)
 
     def warmup(self) -> None:
         """Start every worker now and wait until each has imported `preload` (torch by default)."""
@@ -731,6 +853,7 @@ class WorkerPool:
 
         start = time.monotonic()
         memory = self.memory_mb * 1024 * 1024
+        exit_status: int | None = None
         try:
             body = worker.request(frame, timeout, memory)
             parsed = _load_reply(body)
@@ -738,6 +861,13 @@ class WorkerPool:
                 if parsed[2] > call_id:
                     raise ProtocolError(f"a reply to call {parsed[2]} while call {call_id} runs")
                 parsed = _load_reply(worker.next_frame(start + timeout, memory))
+            if worker.forks:  # the template's word that the call's process (and all it started) is gone
+                if parsed[0] == "exit":
+                    exit_status = parsed[1]
+                else:
+                    done = _load_reply(worker.next_frame(start + timeout, memory))
+                    if done[0] != "exit" or done[2] != call_id:
+                        raise ProtocolError(f"a second reply ({done[0]}) where the call's end was due")
         except ProtocolError as exc:  # forged or garbage: data only ever, so nothing ran; the worker is suspect
             outcome = WorkerOutcome(
                 status="error", exc_type="WorkerProtocolError",
@@ -754,6 +884,8 @@ class WorkerPool:
             self._replace(slot, reason="restart")  # spawn now: it imports while the caller works
             return self._count(outcome)
         elapsed = time.monotonic() - start
+        if exit_status is not None:  # the call's process died without a reply; its template lives on
+            return self._count(self._forked_death(worker, exit_status, elapsed))
         tail = _tail(worker.output_log, self.output_tail_bytes)
         kind, data, _ = parsed
         if kind == "ok":
@@ -770,10 +902,18 @@ class WorkerPool:
                 self._replace(slot, reason="recycle")
         return self._count(outcome)
 
+    def _forked_death(self, worker: _Worker, status: int, elapsed: float) -> WorkerOutcome:
+        """What a forked call's process died of, from its wait status (the template reaped it)."""
+        code = os.waitstatus_to_exitcode(status) if (os.WIFEXITED(status) or os.WIFSIGNALED(status)) else 1
+        return self._death_report(worker, _WorkerDied("exited"), elapsed, 0.0, code)
+
     def _death_outcome(self, worker: _Worker, died: _WorkerDied, elapsed: float, timeout: float) -> WorkerOutcome:
         if died.why == "timeout":
             worker.dump_stacks()
-        status_code = worker.kill()
+        return self._death_report(worker, died, elapsed, timeout, worker.kill())
+
+    def _death_report(self, worker: _Worker, died: _WorkerDied, elapsed: float, timeout: float,
+                      status_code: int | None) -> WorkerOutcome:
         dump = ""
         try:
             with open(worker.fault_log, encoding="utf-8", errors="replace") as f:
@@ -794,6 +934,9 @@ class WorkerPool:
                                               f"worker RSS (with its child processes) {died.rss / 2**20:.0f} MB "
                                               f"exceeded the {self.memory_mb} MB limit"),
                                  signal="SIGKILL", **common)
+        if died.why == "protocol":  # the kill that follows is ours, not what the call died of
+            return WorkerOutcome(status="error", exc_type="WorkerProtocolError",
+                                 exc_message=f"the worker broke the pipe protocol: {died.detail}", **common)
         if status_code is not None and status_code < 0:
             name = _signal_name(-status_code)
             if name == "SIGKILL":  # not sent by us: the kernel's OOM killer, almost always
@@ -802,9 +945,6 @@ class WorkerPool:
                                      signal=name, **common)
             return WorkerOutcome(status="segfault", exc_type="WorkerCrashed",
                                  exc_message=f"the worker died on {name}", signal=name, **common)
-        if died.why == "protocol":
-            return WorkerOutcome(status="error", exc_type="WorkerProtocolError",
-                                 exc_message=f"the worker broke the pipe protocol: {died.detail}", **common)
         return WorkerOutcome(status="error", exc_type="WorkerExited",
                              exc_message=f"the worker exited with status {status_code} during the call"
                                          + (f" ({died.detail})" if died.detail else ""),
@@ -815,7 +955,8 @@ class WorkerPool:
         if slot.worker is not None:
             self._discard(slot)
         self._raise_if_closed()
-        worker = _Worker(self._env, self.preload, self.work_root, self._confine)
+        worker = _Worker(self._env, self.preload, self.work_root, self._confine, self._worker_flags, self._run_depth,
+                         call_root_parent() if self.isolation.call_uid is not None else None)
         slot.worker = worker
         with self._lock:
             self._stats["started"] += 1
@@ -849,3 +990,82 @@ def _kill_all(slots: list[_Slot]) -> None:
         worker = slot.worker
         if worker is not None:
             worker.dispose()
+
+
+# -- one confined run of a script (repro checks) ------------------------------------------------
+@dataclass(frozen=True)
+class ConfinedRun:
+    """What `run_confined` saw: the exit code (124 when it ran out of time, 137 over memory)."""
+
+    returncode: int
+    output: str
+    timed_out: bool = False
+    over_memory: bool = False
+
+
+def run_confined(script: str | os.PathLike, *, timeout_s: float, memory_mb: int, env: dict[str, str],
+                 protect: tuple[str, ...] = (), output_limit: int = 64 * 1024) -> ConfinedRun:
+    """`python SCRIPT` in a fresh confined process, as a maintainer would run a repro, but with
+    everything a worker's test gets taken away: the script is copied into an empty work dir of
+    its own, it gets an empty compile cache (the trusted seed only), no network, its own pid
+    namespace, a read-only system, the unprivileged uid, no capabilities, and a memory limit over
+    every process it starts. This is the only way NNForge runs a repro script."""
+    from nnforge.core.settings import load_settings
+    from nnforge.oracle import confine
+
+    settings = load_settings()
+    isolation = plan_isolation(settings.worker_sandbox, "fork", settings.worker_uid)
+    parent = call_root_parent()
+    work = tempfile.mkdtemp(prefix="nnforge-run-", dir=parent)
+    root = tempfile.mkdtemp(prefix="nnforge-call-root-", dir=parent)
+    cache = fresh_compile_cache()
+    log_fd, log_path = tempfile.mkstemp(prefix="nnforge-run-output-")
+    try:
+        os.chmod(root, 0o755)
+        shutil.copyfile(script, os.path.join(work, os.path.basename(script)))
+        argv = [sys.executable, "-m", "nnforge.oracle.confine", *isolation.flags]
+        child_env = dict(env)
+        if isolation.call_ns:
+            if isolation.call_uid is not None:
+                confine.hand_over(work, isolation.call_uid)
+                confine.hand_over(cache, isolation.call_uid)
+            argv += confine.CallConfinement(pid_ns=True, read_only_system=True, uid=isolation.call_uid,
+                                            drop_caps=True, call_root=root, cache_dir=cache).argv()
+            argv += ["--call-work", work]
+        else:
+            if isolation.level == "strong" and isolation.fence:
+                argv += list(fence_args(protected_paths(protect), [work, cache]))
+            child_env.update({"TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": work, "HOME": work})
+        argv += ["--", sys.executable, os.path.basename(script)]
+        proc = subprocess.Popen(argv, cwd=work, env=child_env, stdin=subprocess.DEVNULL, stdout=log_fd,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        code, timed_out, over = _watch_run(proc, timeout_s, memory_mb * 1024 * 1024,
+                                           run_depth=2 if isolation.call_ns else 0)
+        return ConfinedRun(code, _tail(log_path, output_limit), timed_out, over)
+    finally:
+        os.close(log_fd)
+        for path in (work, root, cache):
+            shutil.rmtree(path, ignore_errors=True)
+        os.unlink(log_path)
+
+
+def _watch_run(proc: subprocess.Popen, timeout_s: float, memory_bytes: int, run_depth: int) -> tuple[int, bool, bool]:
+    """Wait for a confined run; kill its whole tree when it runs out of time or memory."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            code = proc.wait(timeout=_TREE_POLL_S)
+            return code, False, False
+        except subprocess.TimeoutExpired:
+            pass
+        below = descendants_with_depth(proc.pid)
+        rss = sum(_rss_bytes(p) for p, depth in below if depth > run_depth)
+        timed_out = time.monotonic() >= deadline
+        if timed_out or rss > memory_bytes or len(below) > MAX_DESCENDANTS:
+            kill_tree(proc.pid, include_root=True)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            return (124, True, False) if timed_out else (137, False, True)

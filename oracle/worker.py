@@ -210,17 +210,22 @@ def parent_of(pid: int) -> int | None:
 
 def descendants(root: int) -> list[int]:
     """Every live process below `root` in the process tree (children first)."""
+    return [pid for pid, _ in descendants_with_depth(root)]
+
+
+def descendants_with_depth(root: int) -> list[tuple[int, int]]:
+    """(pid, depth) of every live process below `root`: its children are at depth 1."""
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             ppid = parent_of(int(name))
             if ppid is not None:
                 children.setdefault(ppid, []).append(int(name))
-    out, todo = [], list(children.get(root, ()))
+    out, todo = [], [(pid, 1) for pid in children.get(root, ())]
     while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, ()))
+        pid, depth = todo.pop()
+        out.append((pid, depth))
+        todo.extend((child, depth + 1) for child in children.get(pid, ()))
     return out
 
 
@@ -300,11 +305,72 @@ def _watch_parent(parent_pid: int, workdir: str) -> None:
                 os._exit(1)
 
 
+def _warm(func_path: str, args: list[str]) -> str | None:
+    """Run a trusted warm-up in the template (imports and first compiles every forked call
+    would otherwise pay again); what went wrong, or None."""
+    try:
+        resolve(func_path)(args)
+        return None
+    except BaseException as exc:
+        return f"warm-up {func_path}: {type(exc).__name__}: {exc}"
+
+
+def _call_id_of(body: bytes) -> int:
+    try:
+        request = pickle.loads(body)
+        return int(request[3])
+    except Exception:
+        return -1
+
+
+def _point_inductor_at_call_cache() -> None:
+    """Inductor fixed its precompiled-header folder when the template imported it: headers the
+    warm-up built stay readable there, new ones go to the call's own view of the compile cache."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if codecache is not None and cache and hasattr(codecache, "_HEADER_DIR"):
+        codecache._HEADER_DIR = os.path.join(cache, "precompiled_headers")
+        codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+
+
+def serve_forked(body: bytes, workdir: str, number: int, conf: Any, proto_in: BinaryIO, proto_out: BinaryIO) -> None:
+    """One call in a process forked from this template, confined as `conf` says; the reply
+    comes from the call's process, then this template's ("exit", wait status, call id) frame."""
+    from nnforge.oracle import confine
+
+    call_id = _call_id_of(body)
+    call_dir = os.path.join(workdir, f"call-{number}")
+    os.mkdir(call_dir, 0o700)
+    if conf.uid is not None:
+        os.chown(call_dir, conf.uid, conf.uid)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    pid, status_fd = confine.fork_confined(conf, call_dir)
+    if pid == 0:  # the call's own process: it never returns
+        try:
+            proto_in.close()
+            confine.point_environment_at(conf, call_dir)
+            _point_inductor_at_call_cache()
+            write_all(proto_out, _reply_for(body, os.getcwd()))
+        finally:
+            os._exit(0)
+    status = confine.wait_confined(pid, status_fd)
+    _end_of_call_cleanup()
+    shutil.rmtree(call_dir, ignore_errors=True)
+    write_all(proto_out, encode_reply(("exit", status, call_id)))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from nnforge.oracle.confine import CallConfinement
+
     parser = argparse.ArgumentParser(prog="nnforge.oracle.worker")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--preload", action="append", default=[])
-    args = parser.parse_args(argv)
+    parser.add_argument("--fork", action="store_true", help="a fork server: every call in a process of its own")
+    parser.add_argument("--warm", default=None, help="module:function run once before the first call")
+    parser.add_argument("--warm-arg", action="append", default=[])
+    args, rest = parser.parse_known_args(argv)
+    conf = CallConfinement.from_argv(rest)
     workdir = os.path.abspath(args.workdir)
 
     # Take the protocol pipes private before any untrusted code can print.
@@ -329,15 +395,29 @@ def main(argv: list[str] | None = None) -> int:
             importlib.import_module(name)
         except BaseException as exc:
             preload_errors.append(f"{name}: {type(exc).__name__}: {exc}")
+    if args.warm:
+        problem = _warm(args.warm, args.warm_arg)
+        if problem:
+            preload_errors.append(problem)
+        os.chdir(workdir)
+        if conf.uid is not None and conf.cache_dir:  # what the warm-up compiled, the calls may rewrite
+            from nnforge.oracle.confine import hand_over
+
+            hand_over(conf.cache_dir, conf.uid)
 
     try:
         write_all(proto_out, encode_reply(("ready", os.getpid(), preload_errors)))
+        number = 0
         while True:
             body = read_frame_bytes(proto_in)
             if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)
                 shutil.rmtree(workdir, ignore_errors=True)
                 return 0
-            write_all(proto_out, _reply_for(body, workdir))
+            if args.fork:
+                number += 1
+                serve_forked(body, workdir, number, conf, proto_in, proto_out)
+            else:
+                write_all(proto_out, _reply_for(body, workdir))
     except BrokenPipeError:
         return 0
 

@@ -302,27 +302,19 @@ def repro_environment() -> dict[str, str]:
     return {k: v for k, v in scrubbed_environ().items() if not k.startswith("NNFORGE_")}
 
 
-def _limit_memory() -> None:  # runs in the child before exec
-    import resource
-
-    os.setsid()
-    limit = REPRO_MEMORY_MB * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-
 def run_repro_once(repro: Path, timeout_s: float = REPRO_TIMEOUT_S) -> tuple[int, str]:
-    """`python repro.py` in a fresh process (own session, temp cwd, clean env): (exit code, output tail)."""
-    with tempfile.TemporaryDirectory(prefix="nnforge-repro-") as cwd:
-        p = subprocess.Popen([sys.executable, str(Path(repro).resolve())], cwd=cwd, env=repro_environment(),
-                             stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, preexec_fn=_limit_memory)
-        try:
-            out, _ = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            return 124, "timed out"
-    return p.returncode, (out or "")[-2000:]
+    """`python repro.py` in a fresh confined process (oracle/sandbox.py `run_confined`: its own
+    empty dir and empty compile cache, no network, its own pid namespace, the unprivileged uid, a
+    memory limit; a maintainer's clean environment): (exit code, output tail)."""
+    from nnforge.oracle.sandbox import run_confined
+
+    run = run_confined(Path(repro).resolve(), timeout_s=timeout_s, memory_mb=REPRO_MEMORY_MB,
+                       env=repro_environment(), protect=(str(Path(repro).resolve().parent),))
+    if run.timed_out:
+        return 124, "timed out"
+    if run.over_memory:
+        return 137, f"the repro's processes held more than {REPRO_MEMORY_MB} MB"
+    return run.returncode, run.output[-2000:]
 
 
 def bug_output(output: str) -> str:
