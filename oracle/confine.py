@@ -16,6 +16,13 @@ saying why) rather than start a worker weaker than asked:
   non-dumpable process's `/proc/<pid>/environ` (the parent marks itself non-dumpable), load
   modules, mount, or override file permissions of files it does not own.
 
+- `--call-*` flags (`CallConfinement`): how each run is confined on its own. A worker that is a
+  fork server applies them to every call it forks (`fork_confined`); given `--call-work DIR`, this
+  launcher applies them to the one run of ARGV (a repro check): a pid namespace of the run's own,
+  a mount namespace in which every mount is read-only but the run's work dir and compile cache
+  (bound under an empty call root every uid can reach), a fresh /proc and /dev/shm, and the
+  unprivileged uid with no capabilities.
+
 `probe()` tells the parent which of these the machine allows, so a campaign prints the isolation
 in force. This module imports only the standard library: it runs before the worker does.
 """

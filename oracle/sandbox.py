@@ -58,6 +58,7 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
 _FIRST_CHUNK = 1 << 20  # a reply's buffer starts this big and doubles as bytes arrive
 HANDSHAKE_MAX_BYTES = 1 << 20
+_END_OF_CALL_WAIT_S = 10.0  # for a fork server's word that a killed call is gone
 
 
 @dataclass(frozen=True)
@@ -653,7 +654,7 @@ class WorkerPool:
         sandbox: str | None = None,
         protect: tuple[str, ...] | list[str] = (),
         slate: str | None = None,
-        warm: tuple[str, ...] | list[str] = (),
+        warm: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one worker, got size={size}")
@@ -682,6 +683,8 @@ class WorkerPool:
         self.inductor_cache_dir = cache_dir
         self._call_root = None
         worker_flags: list[str] = []
+        if warm is None:  # a forked call would pay Dynamo's and Inductor's first-use cost every time
+            warm = ("inductor",) if "torch" in self.preload else ()
         if self.isolation.slate == "fork":
             worker_flags.append("--fork")
             if warm:
@@ -878,6 +881,10 @@ class WorkerPool:
             self._discard(slot)
             return self._count(outcome)
         except _WorkerDied as died:
+            if worker.forks and died.why in ("timeout", "oom"):
+                kept = self._end_forked_call(worker, died, time.monotonic() - start, timeout, call_id, memory)
+                if kept is not None:  # only the call's processes were killed: the warm template serves on
+                    return self._count(kept)
             outcome = self._death_outcome(worker, died, time.monotonic() - start, timeout)
             self._discard(slot)
             self._raise_if_closed()
@@ -896,11 +903,27 @@ class WorkerPool:
                 traceback=data["traceback"], frames=[tuple(f) for f in data["frames"]],
                 elapsed_s=elapsed, output_tail=tail, worker_pid=worker.pid,
             )
-        if worker.calls >= self.recycle_after:
+        if worker.calls >= self.recycle_after and not worker.forks:  # a template runs no test: nothing to shed
             self._discard(slot, graceful=True)
             if not self._closed:
                 self._replace(slot, reason="recycle")
         return self._count(outcome)
+
+    def _end_forked_call(self, worker: _Worker, died: _WorkerDied, elapsed: float, timeout: float, call_id: int,
+                         memory: int) -> WorkerOutcome | None:
+        """Kill a forked call that ran out of time or memory, and nothing else: its template
+        reaps it and says so. None when the template does not (the caller then kills it too)."""
+        if died.why == "timeout":
+            worker.dump_stacks()
+        kill_tree(worker.pid, include_root=False)
+        try:
+            for _ in range(3):  # the call's own reply may have raced the kill: the template's word follows it
+                kind, _, got_id = _load_reply(worker.next_frame(time.monotonic() + _END_OF_CALL_WAIT_S, memory))
+                if kind == "exit" and got_id == call_id:
+                    return self._death_report(worker, died, elapsed, timeout, -signal.SIGKILL)
+        except (_WorkerDied, ProtocolError):
+            pass
+        return None
 
     def _forked_death(self, worker: _Worker, status: int, elapsed: float) -> WorkerOutcome:
         """What a forked call's process died of, from its wait status (the template reaped it)."""

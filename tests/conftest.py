@@ -5,6 +5,9 @@ import pytest
 
 # One warm inductor cache for the whole suite (cold compiles cost ~30 s each).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), "nnforge-test-inductor-cache"))
+# Campaigns and commands the suite starts share it on purpose (by default each would get a fresh
+# one of its own: oracle/compile_cache.py); the tests that check the default unset it.
+os.environ.setdefault("NNFORGE_INDUCTOR_CACHE_DIR", os.environ["TORCHINDUCTOR_CACHE_DIR"])
 # Settings also read ~/.config/nnforge/.env (core/settings.py): the suite must not depend on the user
 # who runs it, so it sees an empty config folder of its own (tests that need one make their own).
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="nnforge-test-config-")
@@ -30,7 +33,7 @@ def pool():
     from nnforge.oracle.sandbox import WorkerPool
 
     with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
-                    warm=("inductor",)) as p:
+                    warm=("inductor", "ort", "tvm")) as p:
         p.warmup()
         yield p
 
@@ -42,3 +45,23 @@ def settings():
 
     return load_settings(worker_timeout_s=60.0, value_search_budget_ms=100.0, llm_provider="none",
                          inductor_cache_dir=os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+
+@pytest.fixture
+def make_pool(tmp_path):
+    """Pools made to order (size, limits, slate, sandbox), closed after the test; their workers
+    import nothing ahead unless asked, and share a compile cache of the test's own."""
+    from nnforge.oracle.sandbox import WorkerPool
+
+    pools = []
+
+    def make(**kw) -> WorkerPool:
+        kw.setdefault("preload", ())
+        kw.setdefault("inductor_cache_dir", str(tmp_path / "inductor"))
+        pool = WorkerPool(**kw)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.close()

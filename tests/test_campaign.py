@@ -325,7 +325,8 @@ def test_a_target_that_kills_its_worker_every_time_does_not_stop_the_campaign(tm
     assert len(symptoms) == 1 and symptoms[0][0] == "segfault" and symptoms[0][1] >= 2
     assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == symptoms[0][1]
     restarts, segfaults = _query(out, "SELECT worker_restarts, segfaults FROM stats ORDER BY ts DESC LIMIT 1")[0]
-    assert segfaults >= symptoms[0][1] and restarts >= symptoms[0][1] - 1
+    # each crash killed its own forked process only: the warm template served the next test
+    assert segfaults >= symptoms[0][1] and restarts <= 1
     assert "segfaults" in res.stdout
 
 

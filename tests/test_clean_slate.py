@@ -3,14 +3,13 @@ corruption is run through a real pool, and what it got is asserted. The probes t
 or namespaces skip, saying why, on a machine that does not allow them."""
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from nnforge.oracle import confine
-from nnforge.oracle.sandbox import WorkerPool, plan_isolation
+from nnforge.oracle.sandbox import plan_isolation
 
 EXEC = "nnforge.oracle.worker:exec_program"
 REPO = Path(__file__).resolve().parents[1]
@@ -18,22 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run(pool, program, entry="main", timeout_s=None):
     return pool.call(EXEC, {"program": program, "entry": entry}, timeout_s=timeout_s)
-
-
-@pytest.fixture
-def make_pool(tmp_path):
-    pools = []
-
-    def make(**kw) -> WorkerPool:
-        kw.setdefault("preload", ())
-        kw.setdefault("inductor_cache_dir", str(tmp_path / "inductor"))
-        pool = WorkerPool(**kw)
-        pools.append(pool)
-        return pool
-
-    yield make
-    for pool in pools:
-        pool.close()
 
 
 def _needs_call_namespaces():
@@ -225,7 +208,8 @@ def test_a_frame_header_claiming_more_than_a_reply_can_hold_is_a_protocol_error_
     assert run(pool, "def main():\n    return 4\n").value == 4
 
 
-def test_a_pool_without_a_cache_of_the_users_gets_a_fresh_one_and_removes_it(make_pool):
+def test_a_pool_without_a_cache_of_the_users_gets_a_fresh_one_and_removes_it(make_pool, monkeypatch):
+    monkeypatch.delenv("NNFORGE_INDUCTOR_CACHE_DIR", raising=False)
     pool = make_pool(inductor_cache_dir=None)
     cache = pool.inductor_cache_dir
     assert os.path.isdir(cache) and Path(cache).name.startswith("nnforge-inductor-")
@@ -303,3 +287,14 @@ def test_a_segfault_in_a_forked_test_is_reported_and_the_template_serves_the_nex
     assert out.status == "segfault" and out.signal == "SIGSEGV"
     assert run(pool, "def main():\n    return 6\n").value == 6
     assert pool.stats()["started"] == 1  # the template was not restarted
+
+
+def test_a_forked_test_that_hangs_times_out_with_its_stack_and_only_it_is_killed(make_pool):
+    pool = make_pool(size=1, timeout_s=30.0)
+    start = time.monotonic()
+    out = run(pool, "def spin_forever():\n    while True:\n        pass\n", "spin_forever", timeout_s=1.5)
+    assert out.status == "timeout"
+    assert time.monotonic() - start < 8
+    assert out.frames and out.frames[-1][2] == "spin_forever"  # faulthandler dump of the call's process
+    assert run(pool, "def main():\n    return 'alive'\n").value == "alive"
+    assert pool.stats()["started"] == 1 and pool.stats()["timeouts"] == 1  # the warm template served on

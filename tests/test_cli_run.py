@@ -117,3 +117,32 @@ def test_a_bad_setting_is_one_line_naming_the_key_and_exits_2(tmp_path):
     assert lines == ["error: setting NNFORGE_WORKER_TIMEOUT_S='sixty': must be a valid number, unable to parse string "
                      "as a number",
                      "error: setting NNFORGE_WORKER_MEMORY_MB='-5': must be greater than or equal to 256"], lines
+
+
+WRITES_AROUND_ITS_CASE = '''
+import os
+import torch
+
+for path in ({around!r}, {inside!r}):
+    try:
+        open(path, "w").write("written by the program")
+    except OSError:
+        pass
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+def make_inputs():
+    return (torch.ones(3),)
+'''
+
+
+@pytest.mark.slow
+def test_a_program_run_by_nnforge_run_writes_neither_its_case_nor_the_folder_around_it(tmp_path):
+    around, inside = tmp_path / "written-beside-the-case", tmp_path / "case" / "written-in-the-case"
+    folder = TestCase(program=WRITES_AROUND_ITS_CASE.format(around=str(around), inside=str(inside))).save(
+        tmp_path / "case")
+    result = _run(str(folder), "--targets", "eager")
+    assert result.exit_code == 0, result.output
+    assert not around.exists() and not inside.exists()

@@ -22,22 +22,6 @@ def run(pool: WorkerPool, program: str, entry: str = "main", *args, timeout_s: f
     return pool.call(EXEC, {"program": program, "entry": entry, "args": list(args)}, timeout_s=timeout_s)
 
 
-@pytest.fixture
-def make_pool(tmp_path):
-    pools = []
-
-    def make(**kw) -> WorkerPool:
-        kw.setdefault("preload", ())  # only the tensor test needs torch in the child
-        kw.setdefault("inductor_cache_dir", str(tmp_path / "inductor"))
-        pool = WorkerPool(**kw)
-        pools.append(pool)
-        return pool
-
-    yield make
-    for pool in pools:
-        pool.close()
-
-
 ABORT = """
 import os
 
@@ -75,7 +59,7 @@ def test_ctypes_null_read_is_a_segfault_with_sigsegv(make_pool):
 
 
 def test_infinite_loop_times_out_reports_where_it_hung_and_the_pool_carries_on(make_pool):
-    pool = make_pool(timeout_s=30.0)
+    pool = make_pool(timeout_s=30.0, slate="reuse")
     start = time.monotonic()
     out = run(pool, "def spin_forever():\n    while True:\n        pass\n", "spin_forever", timeout_s=1.5)
     assert out.status == "timeout"

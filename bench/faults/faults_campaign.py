@@ -20,7 +20,6 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -67,14 +66,12 @@ class FaultResult:
 
 
 def run_repro(repro: Path, faults: list[str]) -> int:
-    """`python repro.py` in a fresh process and a temp cwd, the named faults planted."""
-    with planted(faults), tempfile.TemporaryDirectory() as cwd:
-        try:
-            p = subprocess.run([sys.executable, str(repro)], cwd=cwd, env=clean_env(), capture_output=True,
-                               text=True, timeout=REPRO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return 124
-    return p.returncode
+    """`python repro.py` in a fresh confined process (as triage checks it), the named faults planted."""
+    from nnforge.triage.pipeline import run_repro_once
+
+    with planted(faults):
+        code, _ = run_repro_once(repro, timeout_s=REPRO_TIMEOUT_S)
+    return code
 
 
 def run_campaign(fault: fault_hook.Fault, folder: Path, args: argparse.Namespace) -> int:
