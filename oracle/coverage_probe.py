@@ -8,6 +8,8 @@ One `CoverageProbe` lives in each worker process and keeps every line it has see
 reports only the lines that are new *to this worker* (`{"torch/_dynamo/utils.py": [12, 40], ...}`):
 small replies, and nothing to send for the common test that reaches no new code. A fresh worker
 starts from nothing, so the parent (`nnforge.agent.coverage_map.CoverageMap`) keeps the union.
+Under a fork server (the default slate) every test is a fresh process forked from the template,
+so each reports every line it covered: larger replies, the same union.
 
 Python 3.11 has no `sys.monitoring`, so coverage.py traces with its C tracer (`sys.settrace`):
 compiling under it costs roughly 1.5-2x the time of compiling without; measure with

@@ -298,6 +298,18 @@ def call_root_parent() -> str:
     return tempfile.gettempdir()
 
 
+WARM_UP = "nnforge.oracle.job:warm_up"
+_RUN_CASE = "nnforge.oracle.job:run_case"
+
+
+def _targets_of(func_path: str, payload: Any) -> tuple[str, ...]:
+    """The targets a call will compile on (a fork server warms its template for them first)."""
+    if func_path != _RUN_CASE or not isinstance(payload, dict):
+        return ()
+    targets = payload.get("targets") or ()
+    return tuple(t for t in targets if isinstance(t, str))
+
+
 # -- faulthandler dumps -----------------------------------------------------------------------
 def frames_from_fault_dump(text: str) -> list[tuple[str, int, str]]:
     """Frames of the thread that crashed (or was signalled), outermost first.
@@ -417,6 +429,7 @@ class _Worker:
             self.tmpdir = tempfile.mkdtemp(prefix="nnforge-template-tmp-", dir=shared_tmp_parent)
             os.chmod(self.tmpdir, 0o755)
         self.forks = "--fork" in worker_flags
+        self.warmed: set[str] = set()  # targets its template has compiled the warm-up program on
         self.run_depth = run_depth  # where a forked call's own processes start below the template
         self.output_log = os.path.join(self.workdir, OUTPUT_LOG)
         self.fault_log = os.path.join(self.workdir, FAULT_LOG)
@@ -688,7 +701,7 @@ class WorkerPool:
         if self.isolation.slate == "fork":
             worker_flags.append("--fork")
             if warm:
-                worker_flags += ["--warm", "nnforge.oracle.job:warm_up"]
+                worker_flags += ["--warm", WARM_UP]
                 for target in warm:
                     worker_flags += ["--warm-arg", target]
         if self.isolation.call_ns:
@@ -702,6 +715,7 @@ class WorkerPool:
             worker_flags += CallConfinement(pid_ns=True, read_only_system=True, uid=self.isolation.call_uid,
                                             drop_caps=True, call_root=self._call_root, cache_dir=cache_dir).argv()
         self._worker_flags = tuple(worker_flags)
+        self._warm = tuple(warm) if self.isolation.slate == "fork" else ()
         # below a fork server's template: the call's process, or two relays and then the call's process
         self._run_depth = 2 if self.isolation.call_ns else 0
         self._confine = self.isolation.flags
@@ -809,7 +823,7 @@ class WorkerPool:
         slot = self._acquire()
         held = time.monotonic()
         try:
-            return self._call_on(slot, frame, timeout, call_id)
+            return self._call_on(slot, frame, timeout, call_id, _targets_of(func_path, payload))
         finally:
             with self._lock:  # seconds a worker was held: tests, triage, probes and start-ups alike
                 self._busy_s += time.monotonic() - held
@@ -824,7 +838,26 @@ class WorkerPool:
             except queue.Empty:
                 continue
 
-    def _call_on(self, slot: _Slot, frame: bytes, timeout: float, call_id: int) -> WorkerOutcome:
+    def _warm_for(self, worker: _Worker, targets: tuple[str, ...]) -> None:
+        """Before a fork server's first call on a target, its template compiles NNForge's own warm-up
+        program there once (trusted code, in the template itself), so no forked call pays the
+        target's first-use cost. A warm-up that fails costs only its time: the call goes on."""
+        todo = tuple(t for t in targets if t not in worker.warmed)
+        if not todo:
+            return
+        worker.warmed.update(todo)
+        with self._lock:
+            self._next_call_id += 1
+            warm_id = self._next_call_id
+        try:
+            body = worker.request(encode_frame(("warm", WARM_UP, list(todo), warm_id)), self.startup_timeout_s,
+                                  self.memory_mb * 1024 * 1024)
+            _load_reply(body)
+        except (_WorkerDied, ProtocolError):
+            pass  # the call that follows finds the worker dead or suspect and says so
+
+    def _call_on(self, slot: _Slot, frame: bytes, timeout: float, call_id: int,
+                 targets: tuple[str, ...] = ()) -> WorkerOutcome:
         with self._lock:
             self._stats["calls"] += 1
         worker = slot.worker
@@ -854,6 +887,8 @@ class WorkerPool:
                     ))
                 worker = self._replace(slot, reason="restart")
 
+        if worker.forks and targets:
+            self._warm_for(worker, targets)
         start = time.monotonic()
         memory = self.memory_mb * 1024 * 1024
         exit_status: int | None = None
@@ -980,6 +1015,7 @@ class WorkerPool:
         self._raise_if_closed()
         worker = _Worker(self._env, self.preload, self.work_root, self._confine, self._worker_flags, self._run_depth,
                          call_root_parent() if self.isolation.call_uid is not None else None)
+        worker.warmed.update(self._warm)
         slot.worker = worker
         with self._lock:
             self._stats["started"] += 1

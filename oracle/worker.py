@@ -315,6 +315,13 @@ def _warm(func_path: str, args: list[str]) -> str | None:
         return f"warm-up {func_path}: {type(exc).__name__}: {exc}"
 
 
+def _is_warm_request(body: bytes) -> bool:
+    try:
+        return pickle.loads(body)[0] == "warm"
+    except Exception:
+        return False
+
+
 def _call_id_of(body: bytes) -> int:
     try:
         request = pickle.loads(body)
@@ -413,7 +420,15 @@ def main(argv: list[str] | None = None) -> int:
             if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)
                 shutil.rmtree(workdir, ignore_errors=True)
                 return 0
-            if args.fork:
+            if args.fork and _is_warm_request(body):  # trusted: NNForge's own program, in the template
+                kind, func_path, targets, call_id = pickle.loads(body)
+                write_all(proto_out, encode_reply(("ok", _warm(func_path, targets), call_id)))
+                os.chdir(workdir)
+                if conf.uid is not None and conf.cache_dir:
+                    from nnforge.oracle.confine import hand_over
+
+                    hand_over(conf.cache_dir, conf.uid)
+            elif args.fork:
                 number += 1
                 serve_forked(body, workdir, number, conf, proto_in, proto_out)
             else:

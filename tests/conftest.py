@@ -32,8 +32,7 @@ def pool():
     """Two warm sandbox workers per test module (modules that need other settings define their own)."""
     from nnforge.oracle.sandbox import WorkerPool
 
-    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
-                    warm=("inductor", "ort", "tvm")) as p:
+    with WorkerPool(size=2, timeout_s=60, inductor_cache_dir=os.environ.get("TORCHINDUCTOR_CACHE_DIR")) as p:
         p.warmup()
         yield p
 

@@ -199,7 +199,9 @@ def test_worker_reports_dynamo_lines_once_then_nothing_new(tmp_path: Path) -> No
     from nnforge.oracle.sandbox import WorkerPool
 
     payload = {"program": PROGRAM, "targets": ["eager"], "coverage": True, "search": False}
-    with WorkerPool(size=1, timeout_s=240, inductor_cache_dir=str(tmp_path / "inductor")) as pool:
+    # a worker that serves many tests remembers its lines; a fork server's calls each start from
+    # the template, so each reports every line it covered and the parent's map keeps the union
+    with WorkerPool(size=1, timeout_s=240, inductor_cache_dir=str(tmp_path / "inductor"), slate="reuse") as pool:
         first = pool.call("nnforge.oracle.job:run_case", payload)
         second = pool.call("nnforge.oracle.job:run_case", payload)
         plain = pool.call("nnforge.oracle.job:run_case", {**payload, "coverage": False})

@@ -1,4 +1,9 @@
-"""The sandbox runs untrusted programs in real worker subprocesses and survives whatever they do."""
+"""The sandbox runs untrusted programs in real worker subprocesses and survives whatever they do.
+
+Tests that check what a worker process itself goes through (it dies, it is recycled, its own
+temp dir, its pid) pin `slate="reuse"`, where the worker is the process that ran the test; the
+fork server's side of each (the template lives on, every test a fresh process) is in
+tests/test_clean_slate.py."""
 
 from __future__ import annotations
 
@@ -74,7 +79,7 @@ def test_infinite_loop_times_out_reports_where_it_hung_and_the_pool_carries_on(m
 
 
 def test_memory_over_the_limit_is_oom(make_pool):
-    pool = make_pool(memory_mb=300, timeout_s=30.0)
+    pool = make_pool(memory_mb=300, timeout_s=30.0, slate="reuse")
     program = """
 import time
 
