@@ -448,31 +448,33 @@ PARENT_SCRIPT = """
 import json, sys
 from nnforge.oracle.sandbox import WorkerPool
 
-with WorkerPool(size=1, preload=(), sandbox=sys.argv[1], inductor_cache_dir=sys.argv[2]) as pool:
+with WorkerPool(size=1, preload=(), sandbox=sys.argv[1], inductor_cache_dir=sys.argv[2], slate=sys.argv[4]) as pool:
     out = pool.call("nnforge.oracle.worker:exec_program", {"program": sys.argv[3], "entry": "main"})
-    print(json.dumps({"ok": out.ok, "value": out.value, "flags": list(pool.isolation.flags)}))
+    print(json.dumps({"ok": out.ok, "value": out.value, "flags": list(pool.isolation.flags),
+                      "call_ns": pool.isolation.call_ns}))
 """
 
 
-def _parent_reads(level: str, tmp_path: Path) -> dict:
+def _parent_reads(level: str, tmp_path: Path, slate: str = "fork") -> dict:
     import json
     import subprocess
 
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-secret-in-the-parent"}
-    p = subprocess.run([sys.executable, "-c", PARENT_SCRIPT, level, str(tmp_path / "inductor"), READ_PARENT_ENV],
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", PARENT_SCRIPT, level, str(tmp_path / "inductor"), READ_PARENT_ENV,
+                        slate], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def test_a_worker_cannot_read_the_parents_environment(tmp_path):
-    strong = _parent_reads("strong", tmp_path)
-    if os.geteuid() == 0 and "--drop-caps" not in strong["flags"]:
-        pytest.skip("this machine does not let root drop capabilities")
-    assert strong["ok"]
-    assert not any("sk-test-secret-in-the-parent" in text for text in strong["value"]), strong
-    assert all(text.startswith("denied") for text in strong["value"])
-    basic = _parent_reads("basic", tmp_path)  # weaker on purpose: the key is one file away
+    for slate in ("fork", "reuse"):  # a forked test's parent is its namespace's relay; a reused worker's, NNForge
+        strong = _parent_reads("strong", tmp_path, slate)
+        if os.geteuid() == 0 and "--drop-caps" not in strong["flags"] and not strong["call_ns"]:
+            pytest.skip("this machine does not let root drop capabilities")
+        assert strong["ok"]
+        assert not any("sk-test-secret-in-the-parent" in text for text in strong["value"]), strong
+        assert all(text.startswith("denied") for text in strong["value"])
+    basic = _parent_reads("basic", tmp_path, "reuse")  # weaker on purpose: the key is one file away
     assert "sk-test-secret-in-the-parent" in basic["value"][0] and basic["value"][1] == os.getcwd()
 
 
