@@ -1083,6 +1083,8 @@ def run_confined(script: str | os.PathLike, *, timeout_s: float, memory_mb: int,
         os.chmod(root, 0o755)
         shutil.copyfile(script, os.path.join(work, os.path.basename(script)))
         argv = [sys.executable, "-m", "nnforge.oracle.confine", *isolation.flags]
+        if isolation.level == "strong" and isolation.fence:  # the folders read-only, their .env files empty
+            argv += list(fence_args(protected_paths(protect), [work, cache]))
         child_env = dict(env)
         if isolation.call_ns:
             if isolation.call_uid is not None:
@@ -1092,8 +1094,6 @@ def run_confined(script: str | os.PathLike, *, timeout_s: float, memory_mb: int,
                                             drop_caps=True, call_root=root, cache_dir=cache).argv()
             argv += ["--call-work", work]
         else:
-            if isolation.level == "strong" and isolation.fence:
-                argv += list(fence_args(protected_paths(protect), [work, cache]))
             child_env.update({"TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": work, "HOME": work})
         argv += ["--", sys.executable, os.path.basename(script)]
         proc = subprocess.Popen(argv, cwd=work, env=child_env, stdin=subprocess.DEVNULL, stdout=log_fd,

@@ -237,6 +237,12 @@ except OSError:
 for key in ("OPENAI_API_KEY", "NNFORGE_LLM_API_KEY"):
     if key in os.environ:
         findings.append("read " + key)
+for path in (os.path.join({folder!r}, ".env"), {user_env!r}):
+    try:
+        if "sk-" in open(path).read():
+            findings.append("read " + path)
+    except OSError:
+        pass
 print("BUG PRESENT:" if not findings else "escaped:", findings)
 sys.exit(1 if not findings else 3)
 """
@@ -254,13 +260,34 @@ def test_a_repro_check_runs_confined(tmp_path, monkeypatch):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    folder = tmp_path / "cluster"
-    folder.mkdir()
-    (folder / "repro.py").write_text(HOSTILE_REPRO.format(folder=str(folder), port=listener.getsockname()[1]))
-    code, out = run_repro_once(folder / "repro.py", timeout_s=60)
-    listener.close()
-    assert code == 1, out
-    assert not (folder / "written-by-repro").exists()
+    import shutil
+    import tempfile
+
+    from nnforge.core.settings import user_env_file
+
+    # folders every uid may pass and files every uid may read: only the confinement keeps them out
+    open_dir = Path(tempfile.mkdtemp(prefix="nnforge-test-open-"))
+    os.chmod(open_dir, 0o755)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(open_dir / "config"))
+    folder = open_dir / "cluster"
+    folder.mkdir(mode=0o755)
+    (folder / ".env").write_text("NNFORGE_LLM_API_KEY=sk-in-the-campaign-folder\n")
+    os.chmod(folder / ".env", 0o644)
+    user_env = user_env_file()
+    user_env.parent.mkdir(parents=True, exist_ok=True)
+    for d in (open_dir / "config", user_env.parent):
+        os.chmod(d, 0o755)
+    user_env.write_text("NNFORGE_LLM_API_KEY=sk-in-the-users-config\n")
+    os.chmod(user_env, 0o644)
+    (folder / "repro.py").write_text(HOSTILE_REPRO.format(folder=str(folder), port=listener.getsockname()[1],
+                                                          user_env=str(user_env)))
+    try:
+        code, out = run_repro_once(folder / "repro.py", timeout_s=60)
+        listener.close()
+        assert code == 1, out
+        assert not (folder / "written-by-repro").exists()
+    finally:
+        shutil.rmtree(open_dir, ignore_errors=True)
 
 
 def test_the_machine_says_what_each_test_is_confined_by():
