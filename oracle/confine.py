@@ -251,8 +251,10 @@ def _bind_dir(fd: int, target: str) -> None:
 
 def interpreter_paths() -> list[str]:
     """What a Python run needs to reach: the interpreter, its library, the import path."""
+    # NNForge's own checkout too: an editable install maps its packages there without sys.path
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found = [sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix,
-             *(p for p in sys.path if p)]
+             checkout, *(p for p in sys.path if p)]
     out: list[str] = []
     for p in found:
         real = os.path.realpath(p)
