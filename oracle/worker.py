@@ -315,11 +315,24 @@ def _warm(func_path: str, args: list[str]) -> str | None:
         return f"warm-up {func_path}: {type(exc).__name__}: {exc}"
 
 
-def _is_warm_request(body: bytes) -> bool:
+def _warm_template(func_path: str, targets: list[str], workdir: str, conf: Any) -> str | None:
+    """`_warm`, then back to the work dir, and what the warm-up compiled made the calls' uid's."""
+    problem = _warm(func_path, targets)
+    os.chdir(workdir)
+    if conf.uid is not None and conf.cache_dir:  # what the warm-up compiled, the calls may rewrite
+        from nnforge.oracle.confine import hand_over
+
+        hand_over(conf.cache_dir, conf.uid)
+    return problem
+
+
+def _warm_request(body: bytes) -> tuple[str, list[str], int] | None:
+    """(function, targets, call id) of a ("warm", ...) request from the parent, else None."""
     try:
-        return pickle.loads(body)[0] == "warm"
+        kind, func_path, targets, call_id = pickle.loads(body)
     except Exception:
-        return False
+        return None
+    return (func_path, targets, call_id) if kind == "warm" else None
 
 
 def _call_id_of(body: bytes) -> int:
@@ -403,14 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException as exc:
             preload_errors.append(f"{name}: {type(exc).__name__}: {exc}")
     if args.warm:
-        problem = _warm(args.warm, args.warm_arg)
+        problem = _warm_template(args.warm, args.warm_arg, workdir, conf)
         if problem:
             preload_errors.append(problem)
-        os.chdir(workdir)
-        if conf.uid is not None and conf.cache_dir:  # what the warm-up compiled, the calls may rewrite
-            from nnforge.oracle.confine import hand_over
-
-            hand_over(conf.cache_dir, conf.uid)
 
     try:
         write_all(proto_out, encode_reply(("ready", os.getpid(), preload_errors)))
@@ -420,14 +428,10 @@ def main(argv: list[str] | None = None) -> int:
             if body is None:  # the parent closed the pipe: shut down (it may have crashed, so tidy up)
                 shutil.rmtree(workdir, ignore_errors=True)
                 return 0
-            if args.fork and _is_warm_request(body):  # trusted: NNForge's own program, in the template
-                kind, func_path, targets, call_id = pickle.loads(body)
-                write_all(proto_out, encode_reply(("ok", _warm(func_path, targets), call_id)))
-                os.chdir(workdir)
-                if conf.uid is not None and conf.cache_dir:
-                    from nnforge.oracle.confine import hand_over
-
-                    hand_over(conf.cache_dir, conf.uid)
+            warm = _warm_request(body) if args.fork else None
+            if warm is not None:  # trusted: NNForge's own program, in the template
+                func_path, targets, call_id = warm
+                write_all(proto_out, encode_reply(("ok", _warm_template(func_path, targets, workdir, conf), call_id)))
             elif args.fork:
                 number += 1
                 serve_forked(body, workdir, number, conf, proto_in, proto_out)
