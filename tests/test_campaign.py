@@ -321,12 +321,14 @@ def test_a_target_that_kills_its_worker_every_time_does_not_stop_the_campaign(tm
     res = _campaign("--budget", "20s", "--targets", "faulty_segv", "--workers", "2", "--nodes", "4", "--no-triage",
                     "-o", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
-    symptoms = _query(out, "SELECT symptom, COUNT(*) FROM tests GROUP BY symptom")
-    assert len(symptoms) == 1 and symptoms[0][0] == "segfault" and symptoms[0][1] >= 2
-    assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == symptoms[0][1]
+    symptoms = dict(_query(out, "SELECT symptom, COUNT(*) FROM tests GROUP BY symptom"))
+    # every test that reached the target killed its worker (a test whose eager run cannot be judged,
+    # 'invalid', never reaches it)
+    assert symptoms.get("segfault", 0) >= 2 and set(symptoms) <= {"segfault", "invalid"}, symptoms
+    assert _query(out, "SELECT COUNT(*) FROM findings")[0][0] == symptoms["segfault"]
     restarts, segfaults = _query(out, "SELECT worker_restarts, segfaults FROM stats ORDER BY ts DESC LIMIT 1")[0]
     # each crash killed its own forked process only: the warm template served the next test
-    assert segfaults >= symptoms[0][1] and restarts <= 1
+    assert segfaults >= symptoms["segfault"] and restarts <= 1
     assert "segfaults" in res.stdout
 
 
@@ -428,8 +430,12 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
     statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
     assert statuses and statuses.get("new", 0) == 0, statuses  # each reduced or attached to its key's cluster
     assert statuses.get("triaged", 0) >= 1
-    clusters = _query(out, "SELECT COUNT(*) FROM clusters")[0][0]
-    assert 1 <= clusters <= 2  # sin and cos: one crash each, whatever the programs around them
+    clusters = _query(out, "SELECT title, json_extract(signature_json, '$.symptom') FROM clusters")
+    crashes = [title for title, symptom in clusters if symptom == "crash"]
+    # sin and cos: one crash each, whatever the programs around them. The backend is aot_autograd
+    # apart from its planted crash, so a random program may also find a real wrong-values bug of
+    # torch's (a gradient through a grad-mode toggle did, in a cold CI run): those are no crash.
+    assert 1 <= len(crashes) <= 2 and all("no lowering for aten." in t for t in crashes), clusters
 
 
 @pytest.mark.slow
