@@ -430,22 +430,26 @@ def test_triage_on_two_threads_shares_the_workers_and_leaves_nothing_waiting(tmp
     statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
     assert statuses and statuses.get("new", 0) == 0, statuses  # each reduced or attached to its key's cluster
     assert statuses.get("triaged", 0) >= 1
-    clusters = _query(out, "SELECT title, json_extract(signature_json, '$.symptom') FROM clusters")
-    crashes = [title for title, symptom in clusters if symptom == "crash"]
+    clusters = _query(out, "SELECT title, json_extract(signature_json, '$.rung'), json_extract(signature_json, "
+                           "'$.symptom') FROM clusters")
+    planted = [title for title, rung, symptom in clusters if rung == "faulty_crash" and symptom == "crash"]
     # sin and cos: one crash each, whatever the programs around them. The backend is aot_autograd
-    # apart from its planted crash, so a random program may also find a real wrong-values bug of
-    # torch's (a gradient through a grad-mode toggle did, in a cold CI run): those are no crash.
-    assert 1 <= len(crashes) <= 2 and all("no lowering for aten." in t for t in crashes), clusters
+    # apart from its planted crash, so random programs also find what torch itself gets wrong
+    # (cold runs found a wrong gradient through a grad-mode toggle, and a Dynamo-rung crash):
+    # those are other clusters, blamed elsewhere or with another symptom.
+    assert 1 <= len(planted) <= 2 and all("no lowering for aten." in t for t in planted), clusters
 
 
 @pytest.mark.slow
 def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(tmp_path):
     # every graph disagrees (faulty_perturb without an op), so findings wait for a reduction from
-    # the first tests on, and the reserve (the last 34 of 40 s) begins as soon as one is recorded
+    # the first tests on, and the reserve (the last 34 of 40 s) begins as soon as one is recorded;
+    # triage may take one worker (by default it would take both while that many findings wait)
     out = tmp_path / "camp"
     res = _campaign("--budget", "40s", "--targets", "faulty_perturb", "--workers", "2", "--nodes", "4",
                     "--llm", "none", "--triage-budget-s", "15", "--plain", "-o", str(out),
                     env={"NNFORGE_TRIAGE_RESERVE_S": "34", "NNFORGE_TRIAGE_RESERVE_SHARE": "0.85",
+                         "NNFORGE_TRIAGE_MAX_WORKERS": "1",
                          "NNFORGE_TRIAGE_AFTER_BUDGET_S": "0"})  # the reserve is under test, not what follows it
     assert res.returncode == 0, res.stdout + res.stderr
     said = [ln for ln in res.stdout.splitlines() if "s left: triage finishes" in ln]
@@ -454,6 +458,55 @@ def test_in_the_triage_reserve_workers_that_triage_does_not_hold_go_on_testing(t
     # a faulty_perturb test takes a second or two: one with a verdict 10 s into the reserve started in it
     later = _query(out, "SELECT COUNT(*) FROM tests WHERE elapsed_s > ?", (reserve_from + 10,))[0][0]
     assert later >= 2, (reserve_from, later, res.stdout)
+
+
+@pytest.mark.slow
+def test_while_findings_wait_triage_takes_every_worker_and_testing_resumes_once_they_are_triaged(tmp_path):
+    # sin and cos crash: the first findings of each key wait for a reduction, more than one worker
+    # can keep up with, so triage takes both; once two of a key are reduced the rest attach at
+    # once, the queue drains and both workers test again
+    out = tmp_path / "camp"
+    res = _campaign("--budget", "60s", "--targets", "faulty_crash:sin|cos", "--workers", "2", "--nodes", "4",
+                    "--llm", "none", "--triage-budget-s", "8", "--plain", "-o", str(out),
+                    env={"NNFORGE_TRIAGE_RESERVE_S": "0", "NNFORGE_TRIAGE_AFTER_BUDGET_S": "60"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    took = [ln for ln in lines if "it takes 2 of 2 workers until the queue drains" in ln]
+    assert took and "wait for a reduction" in took[0], res.stdout
+
+    def clock(line: str) -> float:
+        h, m, s = line.split()[0].split(":")
+        return int(h) * 3600 + int(m) * 60 + int(s)
+
+    started = next(clock(ln) for ln in lines if "campaign started" in ln)
+    took_at = clock(took[0]) - started
+    statuses = dict(_query(out, "SELECT status, COUNT(*) FROM findings GROUP BY status"))
+    assert statuses.get("new", 0) == 0 and statuses.get("attached", 0) >= 1, (statuses, res.stdout)
+    # testing resumed: tests were judged well after triage took both workers
+    assert _query(out, "SELECT COUNT(*) FROM tests WHERE elapsed_s > ?", (took_at + 15,))[0][0] >= 2, res.stdout
+
+
+def test_triage_wants_more_workers_as_findings_wait_and_all_of_them_when_the_backlog_would_outlast_the_budget(tmp_path):
+    from nnforge.agent.campaign_config import CampaignConfig
+    from nnforge.agent.triage_thread import TriageGroup
+
+    left = [3600.0]
+    group = TriageGroup(tmp_path, object(), CampaignConfig(out=str(tmp_path), budget_s=3600), lambda s: None,
+                        most=4, time_left=lambda: left[0])
+    wants = []
+    for backlog in (0, 1, 2, 3, 5, 7, 40):
+        group.backlog = backlog
+        wants.append(group.wanted())
+    assert wants == [1, 1, 1, 2, 3, 4, 4]
+    group.backlog = 2
+    group.reduced(60.0)  # 2 findings at 60 s on one worker: 2 min
+    assert group.wanted() == 1 and group.busy() == 1 and "2 wait for a reduction, ≈ 2.0 min" in group.outlook()
+    left[0] = 90.0  # the budget ends first: every worker triages
+    assert group.wanted() == 4 and group.drain_s() == 30.0
+    group.backlog = 0
+    assert group.busy() == 0 and group.outlook() == ""
+    # without shared workers (Ray) each thread would start one of its own: only the base
+    assert TriageGroup(tmp_path, None, CampaignConfig(out=str(tmp_path), budget_s=60), lambda s: None, most=4).most == 1
 
 
 @pytest.mark.slow
