@@ -134,7 +134,9 @@ class _Oracles:
             oracle = self._by_target.get(target)
             if oracle is None:
                 extra = {"coverage": True} if self.cfg.coverage else {}
-                oracle = self._by_target[target] = Oracle(self.pool, [target], self.cfg.value_search_budget_ms, **extra)
+                # a wrong value's verdict says where it first went wrong: its early root-cause key
+                oracle = self._by_target[target] = Oracle(self.pool, [target], self.cfg.value_search_budget_ms,
+                                                          locate=True, **extra)
         t0 = time.perf_counter()
         result = oracle.check(case)
         return ExecResult(result, time.perf_counter() - t0)

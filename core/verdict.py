@@ -67,6 +67,9 @@ class Verdict:
     value_bin: str | None = None
     # the wrong value is a gradient of a backward call (core/backward.py): "input 0", "param lin.weight"
     gradient: str | None = None
+    # where a wrong value first appears (oracle/locate.py): {"name", "line", "dtype", "shape",
+    # "operands", "symptom"} of the first statement the guilty rung computes wrong; None when unlocated
+    first_wrong: dict[str, Any] | None = None
     detail: str = ""  # one human sentence
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)

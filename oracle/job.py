@@ -637,12 +637,25 @@ def _run_case(payload: dict[str, Any]) -> dict[str, Any]:
         only = (payload.get("rungs") or {}).get(target_text)
         verdict, outcomes, dynamo = run_target(prog, ref, target_text, stop_at_first=payload.get("stop_at_first", True),
                                                only_rungs=only)
+        if payload.get("locate") and locatable(verdict):
+            from nnforge.oracle.locate import locate_first_wrong
+
+            t_locate = time.perf_counter()
+            verdict = replace(verdict, first_wrong=locate_first_wrong(prog, target_text, verdict.rung),
+                              timings={**verdict.timings, "locate_s": round(time.perf_counter() - t_locate, 4)})
         result["verdicts"].append(verdict.to_json())
         result["rungs"][target_text] = [o.to_json() for o in outcomes]
         if dynamo is not None:
             result["dynamo"][target_text] = dynamo.to_json()
     result["timings"]["total_s"] = round(time.perf_counter() - t0, 4)
     return result
+
+
+def locatable(verdict: Verdict) -> bool:
+    """A wrong value of the first call's outputs (not a gradient, not Python state, not a state
+    kept between calls): where it first went wrong can be found (oracle/locate.py)."""
+    return (verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) and not verdict.gradient
+            and not verdict.side_effect and not verdict.stateful and verdict.call_index in (0, None))
 
 
 def _prepare_values(prog: Program, payload: dict[str, Any], result: dict[str, Any]) -> None:

@@ -42,7 +42,8 @@ class Oracle:
 
     def __init__(self, pool: Any, targets: list[str], value_search_budget_ms: float = VALUE_SEARCH_BUDGET_MS, *,
                  timeout_s: float | None = None, seed: int = 0, stop_at_first: bool = True,
-                 blame_deaths: bool = True, blame_timeouts: bool = False, coverage: bool = False):
+                 blame_deaths: bool = True, blame_timeouts: bool = False, coverage: bool = False,
+                 locate: bool = False):
         for t in targets:
             parse_target(t)  # fail now, in the parent, on a misspelt target
         self.pool = pool
@@ -54,6 +55,7 @@ class Oracle:
         self.blame_deaths = blame_deaths
         self.blame_timeouts = blame_timeouts
         self.coverage = coverage  # measure torch's compiler packages in the workers (oracle/coverage_probe.py)
+        self.locate = locate  # a wrong value's verdict says where it first went wrong (oracle/locate.py)
         self._spent = threading.local()  # worker seconds of the check in progress, per thread
 
     # -- public --------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ class Oracle:
         return {"program": case.program, "calls": [c.to_json() for c in case.calls], "seed": self.seed,
                 "value_bin": wanted if isinstance(wanted, str) else None,
                 "value_search_budget_ms": self.value_search_budget_ms, "stop_at_first": self.stop_at_first,
-                "coverage": self.coverage}
+                "coverage": self.coverage, "locate": self.locate}
 
     def _check_target(self, payload: dict[str, Any], target: str,
                       covered: dict[str, set[int]] | None = None) -> tuple[Verdict, dict[str, list[str]] | None]:

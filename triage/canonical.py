@@ -77,6 +77,19 @@ def op_names(case: TestCase) -> tuple[str, ...]:
     return tuple(op for op, _, _ in program_ops(case.program, value_dtypes(case)))
 
 
+def statement_ops(line: str) -> tuple[str, ...]:
+    """The operators one statement (`v5 = torch.sub(v3, v4)`) calls, in evaluation order; () for
+    a statement that does not parse or calls none (`v6 = v1`)."""
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        return ()
+    walker = _OpWalker({}, {})
+    for stmt in tree.body:
+        walker.statement(stmt)
+    return tuple(op for op, _, _ in walker.ops)
+
+
 def value_dtypes(case: TestCase) -> dict[str, str]:
     """Known dtypes of the program's names: from the graph, then from the reducer's record."""
     out: dict[str, str] = {}

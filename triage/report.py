@@ -120,7 +120,8 @@ def _ops_chain(case: TestCase, limit: int = 5) -> str:
 def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     """One line from the root-cause key: the layer, the symptom and what the bug is (the
     compiler's error line for crashes, the state change for stale state, the ops otherwise)."""
-    from nnforge.triage.rootcause import compiler_error_line, describe_state_change, is_stale_state
+    from nnforge.triage.rootcause import (attribute_class, compiler_error_line, describe_state_change, guilty_ops,
+                                          is_stale_state, located)
 
     prefix = f"[{layer_name(verdict.rung)}]"
     chain = _ops_chain(case, limit=4)
@@ -141,6 +142,10 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
         text = f"{_short_type(verdict.exc_type)} raised on one side only{on}"
     elif s is Symptom.SEGFAULT:
         text = f"process dies ({_first_line(verdict.exc_message) or 'signal'}) compiling{on or ' the model'}"
+    elif (fw := located(verdict)) is not None and not _wrong_form(verdict.detail):
+        attrs = ", ".join((str(fw.get("dtype") or "?"),) + attribute_class(fw))
+        downstream = " (NaN/Inf further on)" if s is Symptom.NAN_MISMATCH else ""
+        text = f"wrong values from {' + '.join(guilty_ops(fw))} ({attrs}){downstream}"
     elif s is Symptom.MISMATCH and verdict.gradient:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
         text = f"wrong gradient of {verdict.gradient} in the backward{on}{err}"

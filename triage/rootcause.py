@@ -7,6 +7,10 @@ Two keys, one cheap and one exact:
   compiler's first `error:` line when there is one) with the compiler's top frames, for stale
   state what changed between calls, and otherwise the mutator category. Findings that share it
   are presumed one bug: only the first few are reduced, the rest wait attached to their cluster.
+  A wrong value that the worker located (oracle/locate.py: the first statement whose compiled
+  value departs from eager) keys on that statement instead: its operators, its dtype and the
+  attribute class of the call (broadcast operands, a 0-d operand, a negative literal...). A
+  wrong `sub` is then one key whether its values flow on through `log`, `getitem` or `tril`.
 - The final signature (`triage.signature.signature_of`) is computed on the reduced case. For
   stale state it is the state change itself, not the operators: a compiled module that keeps
   its graph after an attribute changed is one bug whatever ops the programs hold.
@@ -14,6 +18,7 @@ Two keys, one cheap and one exact:
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -25,6 +30,7 @@ from nnforge.triage.normalize import compiler_frames, headline, normalize_messag
 
 CRASH_LIKE = frozenset({Symptom.CRASH, Symptom.EXCEPTION_MISMATCH, Symptom.SEGFAULT, Symptom.TIMEOUT, Symptom.OOM})
 FRAMES_IN_KEY = 3
+WRONG_VALUES = "wrong values"  # the symptom family of a located mismatch or NaN/Inf mismatch
 STALE = '["stale state"'  # how every stale-state key begins
 LOST_WRITE = '["lost side effect"'  # how every key of a lost write to Python state begins
 
@@ -100,10 +106,81 @@ def lost_write_key(verdict: Verdict) -> str | None:
     return json.dumps(["lost side effect", verdict.side_effect])
 
 
+# -- where a wrong value first appeared ----------------------------------------------------------------------
+_DTYPE_CLASSES = {"float16": "half", "bfloat16": "half", "float32": "float", "float64": "float", "bool": "bool",
+                  "complex64": "complex", "complex128": "complex"}
+
+
+def dtype_class(dtype: str) -> str:
+    """float16/bfloat16 -> half, float32/float64 -> float, integers -> int, bool, complex."""
+    return _DTYPE_CLASSES.get(dtype, "int" if "int" in dtype else dtype)
+
+
+def located(verdict: Verdict) -> dict | None:
+    """The verdict's located first wrong value (a wrong output value only), or None."""
+    fw = verdict.first_wrong
+    if not isinstance(fw, dict) or not fw.get("line") or verdict.gradient or verdict.side_effect:
+        return None
+    return fw if verdict.symptom in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) else None
+
+
+def guilty_ops(first_wrong: dict) -> tuple[str, ...]:
+    """The operators of the statement that first went wrong (`("sub",)`); ("assign",) for none."""
+    from nnforge.triage.canonical import statement_ops
+
+    return statement_ops(str(first_wrong.get("line") or "")) or ("assign",)
+
+
+def attribute_class(first_wrong: dict) -> tuple[str, ...]:
+    """What kind of call went wrong, as few words as tell calls of one operator apart:
+    broadcast operands, a 0-d operand, an empty result, a negative or a float literal argument."""
+    out: set[str] = set()
+    shape = first_wrong.get("shape")
+    operands = [s for s in (first_wrong.get("operands") or {}).values() if isinstance(s, list)]
+    if isinstance(shape, list):
+        if any(0 < _numel(s) < _numel(shape) for s in operands if s):  # a smaller operand stretched
+            out.add("broadcast")
+        if 0 in shape:
+            out.add("empty")
+    if any(s == [] for s in operands) or shape == []:
+        out.add("0-d")
+    try:
+        tree = ast.parse(str(first_wrong.get("line") or ""))
+    except SyntaxError:
+        return tuple(sorted(out))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                and isinstance(node.operand.value, int) and not isinstance(node.operand.value, bool):
+            out.add("negative int")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, float):
+            out.add("float literal")
+    return tuple(sorted(out))
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def located_key(first_wrong: dict, *, early: bool) -> list:
+    """["first wrong", ops, dtype, attribute class] (early: the exact dtype and the call's class)
+    or ["first wrong", ops, dtype class] (final, on the reduced case: one bug whatever literals
+    and sizes the reduction kept)."""
+    ops = list(guilty_ops(first_wrong))
+    dtype = str(first_wrong.get("dtype") or "?")
+    if early:
+        return ["first wrong", ops, dtype, list(attribute_class(first_wrong))]
+    return ["first wrong", ops, dtype_class(dtype)]
+
+
 # -- the provisional key -------------------------------------------------------------------------------------
 def provisional_key(verdict: Verdict, case: TestCase) -> str:
     """The cheap key of an unreduced finding (see the module docstring)."""
     head = [verdict.symptom.value, verdict.target, verdict.rung or ""]
+    if (fw := located(verdict)) is not None and not is_stale_state(verdict, case):
+        return json.dumps([WRONG_VALUES, verdict.target, verdict.rung or ""] + located_key(fw, early=True))
     if is_stale_state(verdict, case):
         return json.dumps(head + [stale_key(verdict, case)])
     if (lost := lost_write_key(verdict)) is not None:

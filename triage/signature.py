@@ -3,7 +3,9 @@
 - Crash-like symptoms (crash, exception_mismatch, segfault, timeout, oom) key on where the
   compiler broke: exception type, the message's first line normalised (numbers, shapes, names,
   paths gone) and the innermost compiler frames (wrappers skipped, no line numbers).
-- Wrong outputs (mismatch, nan_mismatch) have no location; they key on the canonical form of
+- Wrong outputs (mismatch, nan_mismatch) key on where the values first went wrong when the
+  worker located it (oracle/locate.py): the operators of that statement and its dtype class,
+  whatever the reduced program computes after it. Unlocated, they key on the canonical form of
   the (reduced) program: its operator sequence with dtypes (see canonical.py).
 - Stale state (the compiled run that kept its state disagrees with the one reset before every
   call) keys on what changed between calls (rootcause.py), not on the operators that carried it.
@@ -26,11 +28,12 @@ from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.canonical import canonical_form, op_names
 from nnforge.triage.normalize import compiler_frames, normalize_message
 from nnforge.triage.rootcause import (CRASH_LIKE, FRAMES_IN_KEY, LOST_WRITE, STALE, crash_message, is_stale_state,
-                                      lost_write_key, stale_key)
+                                      located, located_key, lost_write_key, stale_key)
 
 __all__ = ["CRASH_LIKE", "OUTPUT_LIKE", "canonical_form", "is_crash_like", "signature_of", "similarity"]
 
 OUTPUT_LIKE = frozenset({Symptom.MISMATCH, Symptom.NAN_MISMATCH})
+FIRST_WRONG = '["first wrong"'  # how every key of a located wrong value begins
 
 
 def is_crash_like(symptom: Symptom | str) -> bool:
@@ -52,6 +55,11 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
         key = json.dumps([verdict.exc_type or "", message, list(frames)])
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=key,
                          exc_type=verdict.exc_type, message=message, frames=frames, ops=ops)
+    if (fw := located(verdict)) is not None:
+        # where the values first went wrong, not what carried them on: a mismatch and a NaN/Inf
+        # mismatch of one wrong operator are one bug (the symptom family is "mismatch")
+        return Signature(symptom=Symptom.MISMATCH.value, target=verdict.target, rung=verdict.rung,
+                         key=json.dumps(located_key(fw, early=False)), ops=ops)
     if symptom in OUTPUT_LIKE:
         # a wrong gradient and a wrong output of the same operators are different bugs (the
         # backward's kernels and decompositions against the forward's)
@@ -73,8 +81,8 @@ def similarity(a: Signature, b: Signature) -> float:
         return 0.0
     if a.key == b.key and a.symptom == b.symptom and a.rung == b.rung:
         return 1.0
-    if any(k.startswith((STALE, LOST_WRITE)) for k in (a.key, b.key)):  # a state change is no operator sequence
-        return 0.0
+    if any(k.startswith((STALE, LOST_WRITE, FIRST_WRONG)) for k in (a.key, b.key)):
+        return 0.0  # a state change is no operator sequence; a located wrong operator is exact
     rung = 1.0 if a.rung == b.rung else 0.5
     if is_crash_like(a.symptom):
         frames = _frame_overlap(a.frames, b.frames)

@@ -1,0 +1,94 @@
+"""Where a wrong value first appears (oracle/locate.py) and the root-cause keys built on it
+(triage/rootcause.py, triage/signature.py): one wrong operator is one key, whatever the program
+does with its values afterwards."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+import torch
+
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+from nnforge.oracle.locate import probe_source
+from nnforge.oracle.oracle import Oracle
+from nnforge.triage.rootcause import attribute_class, guilty_ops, provisional_key
+from nnforge.triage.signature import signature_of
+
+HEAD = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x, y):\n"
+
+
+def _program(body: str, dtype: str = "int32") -> str:
+    lines = "".join(f"        {line}\n" for line in body.strip().splitlines())
+    return (HEAD + lines + "\n\ndef make_inputs():\n"
+            f"    return (torch.randn(3, 4), torch.randint(1, 9, (3, 5), dtype=torch.{dtype}))\n")
+
+
+def _case(body: str, dtype: str = "int32") -> TestCase:
+    return TestCase(program=_program(body, dtype),
+                    inputs=(torch.randn(3, 4), torch.randint(1, 9, (3, 5), dtype=getattr(torch, dtype))))
+
+
+def test_the_probe_returns_every_assigned_value_in_order_and_refuses_what_it_cannot_follow():
+    source, slots = probe_source(_program("v1 = torch.sin(x)\nwith torch.no_grad():\n    v2, v3 = v1.split(2, 1)\n"
+                                          "v4 = v2 + y.sum()\nreturn (v4,)"))
+    assert [s.name for s in slots] == ["v1", "v2", "v3", "v4"]
+    assert slots[3].line == "v4 = v2 + y.sum()" and slots[3].reads == ("v2", "y")
+    forward = next(f for f in ast.walk(ast.parse(source)) if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    assert ast.unparse(forward.body[-1]) == "return tuple(_nnforge_seen)"
+    assert probe_source(_program("v1 = x\nfor i in range(2):\n    v1 = v1 + 1\nreturn (v1,)")) is None
+    assert probe_source(_program("if x.sum() > 0:\n    return (x,)\nreturn (y,)")) is None
+    assert probe_source("not python (") is None
+
+
+def test_one_wrong_operator_is_one_key_whatever_its_values_flow_into(pool):
+    """faulty_amin_zero_init computes integer amin wrong. Three programs carry it into different
+    operators (an add, a cumsum, a gather by index); the worker locates the amin in each, and the
+    early and final keys name it and nothing after it."""
+    oracle = Oracle(pool, ["faulty_amin_zero_init"], locate=True)
+    bodies = [
+        "v1 = torch.sin(x)\nv3 = torch.amin(y, dim=1)\nv4 = v3 + 1\nv5 = v4.float() + v1.sum()\nreturn (v5,)",
+        "v3 = torch.amin(y, dim=1)\nv4 = torch.cumsum(v3, 0)\nv5 = v4 * 2\nreturn (v5, x)",
+        "v1 = x.abs()\nv3 = torch.amin(y, 1)\nv6 = v1[:, 0] - v3.float()\nreturn (v6,)",
+    ]
+    verdicts = [oracle.check(_case(b)).verdicts[0] for b in bodies]
+    for v in verdicts:
+        assert v.symptom is Symptom.MISMATCH, v.detail
+        assert v.first_wrong is not None and v.first_wrong["line"].startswith("v3 = torch.amin(y"), v.first_wrong
+        assert v.first_wrong["dtype"] == "int32" and v.first_wrong["operands"] == {"y": [3, 5]}
+    keys = {provisional_key(v, _case(b)) for v, b in zip(verdicts, bodies)}
+    assert len(keys) == 1 and '"amin"' in keys.pop()
+    assert len({signature_of(v, _case(b)).digest for v, b in zip(verdicts, bodies)}) == 1
+    # int64: another early key (its dtype), the same final one (an integer amin)
+    wide = oracle.check(_case(bodies[1], "int64")).verdicts[0]
+    assert wide.first_wrong["dtype"] == "int64"
+    assert provisional_key(wide, _case(bodies[1], "int64")) not in {provisional_key(verdicts[1], _case(bodies[1]))}
+    assert signature_of(wide, _case(bodies[1], "int64")).digest == signature_of(verdicts[1], _case(bodies[1])).digest
+    # without the fault nothing is wrong and nothing is located
+    clean = Oracle(pool, ["aot_eager"], locate=True).check(_case(bodies[0])).verdicts[0]
+    assert clean.symptom is Symptom.PASS and clean.first_wrong is None
+
+
+def test_a_wrong_value_and_the_nan_it_becomes_downstream_are_one_signature_and_other_operators_are_not():
+    case = TestCase(program=_program("v1 = x - y\nv2 = torch.log(v1)\nreturn (v2,)"))
+    fw = {"name": "v1", "line": "v1 = x - y", "dtype": "float32", "shape": [3, 4], "operands": {"x": [3, 4], "y": [4]}}
+    wrong = Verdict(target="inductor", symptom=Symptom.MISMATCH, rung="inductor", first_wrong=fw)
+    nan = Verdict(target="inductor", symptom=Symptom.NAN_MISMATCH, rung="inductor", first_wrong=fw)
+    assert signature_of(wrong, case).digest == signature_of(nan, case).digest
+    assert provisional_key(wrong, case) == provisional_key(nan, case)
+    assert guilty_ops(fw) == ("sub",) and attribute_class(fw) == ("broadcast",)
+    other = Verdict(target="inductor", symptom=Symptom.MISMATCH, rung="inductor",
+                    first_wrong={**fw, "line": "v1 = torch.atan2(x, y)"})
+    assert signature_of(other, case).digest != signature_of(wrong, case).digest
+    # a reduction to a different dim is the same call class; a negative literal is not
+    assert attribute_class({**fw, "line": "v1 = torch.sum(x, -1)", "operands": {"x": [3, 4]}, "shape": [3]}) == (
+        "negative int",)
+
+
+@pytest.mark.parametrize("line,ops", [("v5 = torch.sub(v3, v4)", ("sub",)), ("v6 = v1", ()),
+                                      ("v2 = v1.float().abs()", ("float[float32]", "abs"))])
+def test_statement_ops_name_what_the_statement_calls(line, ops):
+    from nnforge.triage.canonical import statement_ops
+
+    assert statement_ops(line) == ops
