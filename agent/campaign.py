@@ -476,6 +476,8 @@ class Campaign:
         verdict = next((v for v in result.verdicts if v.target == test.target), result.verdicts[0])
         behaviours = behaviours_of(result, case)
         new = self.scheduler.novel(behaviours)
+        if self.triage is not None:  # a bug pays when triage makes it a new cluster (_pay_new_clusters)
+            new = [b for b in new if not b.startswith("bug:")]
         if self.coverage_map is not None and getattr(result, "coverage", None):
             fresh = self.coverage_map.add(result.coverage)
             if fresh:
@@ -506,6 +508,17 @@ class Campaign:
                                f"{'/' + test.mutator if test.mutator else ''}) case {test.folder}")
             if self.triage is not None:
                 self.triage.wake()
+
+    def _pay_new_clusters(self) -> None:
+        """The scheduler is paid per root cause: the arm whose finding triage made a new cluster
+        of earns its reward now; a finding that joined a known cluster earns nothing."""
+        triage = self.triage
+        while triage is not None and triage.new_clusters:
+            arm = self.store.arm_of_finding(triage.new_clusters.pop(0))
+            if arm:
+                self.scheduler.credit(Arm.from_key(arm))
+                self.counters.novel += 1
+                self.last_new = time.monotonic()
 
     def _save_case_result(self, test: QueuedTest, result: Any, verdict: Verdict) -> None:
         folder = Path(test.folder)
@@ -589,8 +602,29 @@ class Campaign:
             self.scheduler.covered_lines = self.coverage_map.covered_lines
             save_coverage_map(self.out, self.coverage_map)
         self.store.set_json("scheduler_state", self.scheduler.to_json())
+        self._say_triage_outlook()
         self.store.set_meta("campaign_elapsed_s", f"{self.elapsed():.2f}")
         self.display.update(snap, force=True)
+
+    def _say_triage_outlook(self) -> None:
+        """A backlog that will not drain before the budget ends is said as it grows (the live
+        panel, the event log and summary.md), with the estimate; so is its draining."""
+        triage = self.triage
+        if triage is None:
+            return
+        left = self.cfg.budget_s - self.elapsed()
+        drain = triage.drain_s()
+        late = drain is not None and drain > max(left, 0.0) and triage.backlog > 0
+        said = getattr(self, "_outlook_said", 0)
+        if late and triage.backlog >= max(1, 2 * said):
+            self._outlook_said = triage.backlog
+            line = (f"{triage.outlook()}: more than the {max(left, 0) / 60:.1f} min of budget left; "
+                    f"the rest waits for the triage after the budget or `nnforge triage {self.out}`")
+            self.display.event(f"triage backlog: {line}")
+            self.store.set_meta("triage_outlook", line)
+        elif said and not triage.backlog:
+            self._outlook_said = 0
+            self.store.set_meta("triage_outlook", f"the backlog drained ({self.elapsed() / 60:.1f} min in)")
 
     def _write_reports(self) -> dict[str, str]:
         return write_reports(self.out, self.store, self.display.event)
@@ -623,7 +657,9 @@ class Campaign:
                 address=self.cfg.address, ray_init_kwargs=self.ray_init_kwargs)
             try:
                 if self.cfg.triage:
-                    self.triage = TriageGroup(self.out, self.executor.local_pool(), self.cfg, self.display.event)
+                    self.triage = TriageGroup(self.out, self.executor.local_pool(), self.cfg, self.display.event,
+                                              most=self.cfg.triage_max_workers or self.executor.size,
+                                              time_left=lambda: self.cfg.budget_s - self.elapsed())
                     self.triage.start()
                 self.display.event(f"campaign {'resumed' if self.resuming else 'started'} in {self.out}: "
                                    f"{self.cfg.budget_s:.0f} s budget ({self.elapsed_base:.0f} s used), targets "
@@ -762,6 +798,7 @@ class Campaign:
                                            f"it stays queued for --resume")
                         continue
                     self._handle(test, case, exec_result)
+                self._pay_new_clusters()
                 now = time.monotonic()
                 if now >= next_stats:
                     self._write_stats(len(in_flight))
@@ -780,24 +817,36 @@ class Campaign:
         return reason
 
     def _test_slots(self) -> int:
-        """How many tests may be in flight now: every worker; 0 once the budget is spent or a stop
-        was asked for; and while findings wait for a reduction within the triage reserve at the
-        budget's end (so that the morning list is complete), only the workers triage does not hold:
-        each triage thread holds one worker at a time, and a worker it does not hold would only idle."""
+        """How many tests may be in flight now: 0 once the budget is spent or a stop was asked for;
+        else the workers triage does not want. Triage's first worker shares with the tests (it
+        holds one only while it reduces); while findings wait for a reduction triage wants more
+        (agent/triage_thread.py TriageGroup.wanted), up to all of them, and testing resumes once
+        the queue has drained. Within the triage reserve at the budget's end, every worker triage
+        wants is kept from testing, its first one too (so that the morning list is complete)."""
         if self._stop.is_set() or self.elapsed() >= self.cfg.budget_s:
             return 0
         size = self.executor.size
         triage = self.triage
-        if triage is None or not self._in_triage_reserve():
+        if triage is None:
             return size
-        # on Ray, triage has a local worker of its own and holds none of the executor's
-        spare = max(0, size - len(triage.threads)) if self.executor.local_pool() is not None else size
-        if not getattr(self, "_reserve_said", False):
-            self._reserve_said = True
-            goes_on = f"tests go on on {spare} of {size} workers" if spare else "no new tests"
-            self.display.event(f"{self.cfg.budget_s - self.elapsed():.0f} s left: triage finishes "
-                               f"{triage.backlog} finding(s); {goes_on}")
-        return spare
+        local = self.executor.local_pool() is not None  # on Ray, triage has workers of its own
+        if self._in_triage_reserve():
+            spare = max(0, size - triage.wanted()) if local else size
+            if not getattr(self, "_reserve_said", False):
+                self._reserve_said = True
+                goes_on = f"tests go on on {spare} of {size} workers" if spare else "no new tests"
+                self.display.event(f"{self.cfg.budget_s - self.elapsed():.0f} s left: triage finishes "
+                                   f"{triage.backlog} finding(s); {goes_on}")
+            return spare
+        busy = triage.busy() if local else 0
+        if busy <= triage.base:
+            self._triage_took = 0
+            return size
+        if busy > getattr(self, "_triage_took", 0):
+            self.display.event(f"triage: {triage.outlook()}; it takes {min(busy, size)} of {size} workers "
+                               f"until the queue drains")
+        self._triage_took = busy
+        return max(0, size - busy)
 
     def _in_triage_reserve(self) -> bool:
         """Findings wait for a reduction and the budget's end is within the triage reserve."""

@@ -57,6 +57,7 @@ class CampaignConfig:
     triage_max_queries: int = 60
     triage_per_key: int = 2  # findings of one provisional key reduced; the rest attach
     triage_workers: int = 1  # triage threads: each holds at most one of the shared workers at a time
+    triage_max_workers: int = 0  # workers triage may take while findings wait (0: all of them)
     triage_reserve_s: float = 0.0  # end of the budget kept for triage while findings wait for a reduction
     triage_after_s: float = 0.0  # past the budget, for findings recorded as it ended (agent/campaign.py)
     executor: str = "local"

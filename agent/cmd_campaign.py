@@ -167,6 +167,7 @@ def campaign(
             pack_mutants=settings.pack_mutants if pack_mutants is None else pack_mutants,
             min_free_mb=settings.campaign_min_free_mb, report_every_s=report_every,
             triage_per_key=settings.triage_per_key, triage_workers=min(settings.triage_workers, workers),
+            triage_max_workers=min(settings.triage_max_workers, workers),
             triage_reserve_s=reserve_s,
             triage_after_s=reserve_s if settings.triage_after_budget_s is None else settings.triage_after_budget_s)
         run = Campaign(cfg, display=display)

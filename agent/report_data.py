@@ -138,6 +138,7 @@ class CampaignView:
     sandbox: str | None = None  # the isolation the workers ran under (oracle/sandbox.Isolation.summary)
     export_table: str | None = None  # what ONNX targets' generation skipped (agent/export_probe.py), if any
     export_gate: str | None = None  # what the export gate checked before tests turned away (agent/export_gate.py)
+    triage_outlook: str | None = None  # the last word on triage's backlog (agent/campaign.py), when one grew
     by_value_bin: tuple[YieldRow, ...] = ()  # per value bin the scheduler drew (empty with bins off)
     value_bin_kept: dict[str, tuple[int, int]] = field(default_factory=dict)  # bin -> (kept its property, known)
     by_calls_kind: tuple[YieldRow, ...] = ()  # forward only vs with a backward
@@ -236,7 +237,7 @@ def _read(db: StoreReader, folder: Path) -> CampaignView:
     return CampaignView(
         folder=folder, status=db.meta("campaign_status"), sandbox=db.meta("sandbox"), export_table=db.meta("export_table"),
         inductor_kernels=db.meta("inductor_kernels"),
-        export_gate=db.meta("export_gate"), config=config, started=started, elapsed_s=elapsed,
+        export_gate=db.meta("export_gate"), triage_outlook=db.meta("triage_outlook"), config=config, started=started, elapsed_s=elapsed,
         workers=workers, targets=targets, tests=tests, bugs=bugs, invalid=invalid, verdicts=verdicts,
         gated=db.invalid_at_rung_by_target("onnx_export"),  # tests that never reached their target
         by_category=_yield(db, "category"), by_target=_yield(db, "target"),

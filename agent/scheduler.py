@@ -199,6 +199,15 @@ class Scheduler:
             state = self.arms[arm.key] = ArmState(alpha0=1.0)
         state.update(reward, self.discount)
 
+    def credit(self, arm: Arm, reward: float = 1.0) -> None:
+        """A reward that arrives after the arm's test was judged (triage made a new cluster of its
+        finding): evidence for the arm, not another pull."""
+        state = self.arms.get(arm.key)
+        if state is None:
+            state = self.arms[arm.key] = ArmState(alpha0=1.0)
+        state.alpha += reward
+        state.rewards += int(reward > 0)
+
     def reward_bin(self, name: str | None, reward: float) -> None:
         if name is None:
             return

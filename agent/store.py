@@ -648,6 +648,12 @@ class CampaignStore(Store):
     def clusters_count(self) -> int:
         return _count(self._db, "clusters")
 
+    def arm_of_finding(self, finding_id: int) -> str | None:
+        """The scheduler arm whose test recorded the finding."""
+        row = self._db.execute("SELECT t.arm FROM findings f JOIN tests t ON t.case_id = f.case_id AND "
+                               "t.target = f.target WHERE f.finding_id = ?", (finding_id,)).fetchone()
+        return row["arm"] if row is not None else None
+
     def latest_finding(self) -> dict[str, Any] | None:
         row = self._db.execute("SELECT f.finding_id, f.case_id, f.target, f.verdict_json, f.created, t.category, "
                                "t.mutator FROM findings f LEFT JOIN tests t ON t.case_id = f.case_id AND "

@@ -105,6 +105,8 @@ def _head(view: CampaignView) -> list[str]:
                      f"{view.findings.get('attached', 0)} attached to their key's cluster unreduced, "
                      f"{view.findings.get('new', 0)} waiting, of which {view.findings.get('failed', 0)} failed triage)"),
     ]
+    if view.triage_outlook:
+        head.append(("triage backlog", view.triage_outlook))
     if view.export_table:
         head.append(("ONNX generation", view.export_table))
     if view.export_gate:

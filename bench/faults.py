@@ -10,6 +10,7 @@ near-miss case (`bench/faults/near_miss/`) passes with every fault on.
     .venv/bin/python bench/faults.py check [FAULT ...]          # trigger/near-miss/child-process facts
     .venv/bin/python bench/faults.py all --minutes 10           # a campaign per fault, the recall table
     .venv/bin/python bench/faults.py inductor_vec_floor_trunc --minutes 3 --targets inductor
+    .venv/bin/python bench/faults.py together --targets inductor --minutes 20  # every inductor fault in one campaign
     .venv/bin/python bench/faults.py on FAULT [FAULT ...]       # plant by hand (then run nnforge yourself)
     .venv/bin/python bench/faults.py off                        # and take them out again
 
@@ -84,7 +85,7 @@ def cmd_check(names: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("what", nargs="+", help="list | check [FAULT...] | on FAULT... | off | all | FAULT...")
+    ap.add_argument("what", nargs="+", help="list | check [FAULT...] | on FAULT... | off | all | together [FAULT...] | FAULT...")
     ap.add_argument("--minutes", type=float, default=10.0, help="campaign budget per fault (default 10)")
     ap.add_argument("--targets", default=None, help="campaign targets (default: the fault's own target)")
     ap.add_argument("--workers", type=int, default=2)
@@ -124,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         fault_hook.uninstall_pth()
         print("no fault planted")
         return 0
+    if verb == "together":  # several faults planted at once in one campaign (bench/faults/together.py)
+        from together import run_together
+
+        names = rest or sorted(n for n, f in faults.items() if f.target == (args.targets or "inductor"))
+        unknown = [n for n in names if n not in faults]
+        if unknown:
+            ap.error(f"unknown faults: {', '.join(unknown)} (see `bench/faults.py list`)")
+        return run_together([faults[n] for n in names], args)
     if args.resume and args.out is None:
         ap.error("--resume needs --out: the folder of the run to resume")
     from faults_campaign import run_benchmark  # the campaign half, kept apart

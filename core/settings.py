@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # triage threads in a campaign; each holds at most one of the shared workers at a time, so
     # triage's share of the workers is this many out of --workers (capped at --workers)
     triage_workers: int = Field(1, ge=1)
+    # workers triage may take while findings wait for a reduction (testing slows until the queue
+    # drains; agent/triage_thread.py); 0: all of --workers
+    triage_max_workers: int = Field(0, ge=0)
     triage_reserve_s: float = Field(300.0, ge=0)
     triage_reserve_share: float = Field(0.25, ge=0, le=0.9)
     # seconds past the budget a campaign may triage findings recorded as it ended (None: the reserve,

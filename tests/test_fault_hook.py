@@ -56,6 +56,18 @@ def test_planted_fault_patches_the_compiler_in_a_fresh_interpreter(site_dir: Pat
     assert fault_hook.fired_counts(log) == {"inductor_vec_floor_trunc": 1}
 
 
+def test_a_process_that_can_write_no_log_says_once_on_stderr_which_fault_fired(site_dir: Path, tmp_path: Path) -> None:
+    # a confined repro check cannot write a fired log outside its folder: the attribution of
+    # bench/faults/together.py reads these lines from its output instead
+    fault_hook.write_active(["inductor_vec_floor_trunc"], tmp_path / "active.json", fired_stderr=True)
+    twice = CHILD.replace('print(json.dumps(', 'cpp.CppVecOverrides.floor("w")\nprint(json.dumps(')
+    out = subprocess.run([sys.executable, "-c", twice, str(site_dir)], capture_output=True, text=True,
+                         timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    marks = [ln for ln in out.stderr.splitlines() if ln.startswith(fault_hook.FIRED_MARK)]
+    assert marks == [f"{fault_hook.FIRED_MARK} inductor_vec_floor_trunc"], out.stderr
+
+
 def test_a_fault_that_never_takes_its_wrong_branch_logs_nothing(site_dir: Path, tmp_path: Path) -> None:
     log = tmp_path / "fired.log"
     fault_hook.write_active(["inductor_atan2_scalar_cpp"], tmp_path / "active.json", fired_log=log)

@@ -91,8 +91,11 @@ def read_active(path: Path = ACTIVE_FILE) -> list[str]:
     return [str(n) for n in names]
 
 
-def write_active(names: list[str], path: Path = ACTIVE_FILE, fired_log: Path | None = None) -> None:
-    """Turn `names` on for every process started from now on; `fired_log` collects their firings."""
+def write_active(names: list[str], path: Path = ACTIVE_FILE, fired_log: Path | None = None,
+                 fired_stderr: bool = False) -> None:
+    """Turn `names` on for every process started from now on; `fired_log` collects their firings;
+    `fired_stderr` has each process say on stderr which faults fired (once each), for processes
+    that can write no file outside their own folder (a confined repro check)."""
     if not names:
         path.unlink(missing_ok=True)
         return
@@ -102,6 +105,8 @@ def write_active(names: list[str], path: Path = ACTIVE_FILE, fired_log: Path | N
     data: dict[str, object] = {"faults": list(names)}
     if fired_log is not None:
         data["fired_log"] = str(Path(fired_log).resolve())
+    if fired_stderr:
+        data["fired_stderr"] = True
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)
@@ -117,8 +122,17 @@ _FIRED_CAP = 10_000  # per process: a fault in a hot path must not fill the disk
 _fired_count: dict[str, int] = {}
 
 
+FIRED_MARK = "nnforge-fault-fired:"  # the stderr line of a fault's first firing in a process
+_FIRED_STDERR: list[bool] = []
+
+
 def fired(name: str) -> None:
     """Record that fault `name` just took its wrong branch (a no-op without a log)."""
+    if _FIRED_STDERR and name not in _fired_count:
+        sys.stderr.write(f"{FIRED_MARK} {name}\n")
+        sys.stderr.flush()
+        if not _FIRED_LOG:
+            _fired_count[name] = 1
     if not _FIRED_LOG:
         return
     n = _fired_count.get(name, 0)
@@ -247,11 +261,14 @@ def boot(active_file: str | os.PathLike = ACTIVE_FILE) -> list[str]:
     if not names:
         return []
     try:
-        log = json.loads(Path(active_file).read_text()).get("fired_log")
+        data = json.loads(Path(active_file).read_text())
     except (OSError, ValueError):
-        log = None
+        data = {}
+    log = data.get("fired_log") if isinstance(data, dict) else None
     if log:
         _FIRED_LOG.append(str(log))
+    if isinstance(data, dict) and data.get("fired_stderr"):
+        _FIRED_STDERR.append(True)
     faults = load_catalogue()
     chosen = [faults[n] for n in names if n in faults]
     for f in chosen:

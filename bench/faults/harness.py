@@ -52,9 +52,10 @@ class planted:
     planting each other's faults: the second waits.
     """
 
-    def __init__(self, names: list[str], fired_log: Path | None = None):
+    def __init__(self, names: list[str], fired_log: Path | None = None, fired_stderr: bool = False):
         self.names = list(names)
         self.fired_log = fired_log
+        self.fired_stderr = fired_stderr
         self._lock = None
 
     def __enter__(self) -> "planted":
@@ -63,7 +64,7 @@ class planted:
         self._lock = open(FAULTS_DIR / ".lock", "w")
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         fault_hook.install_pth()
-        fault_hook.write_active(self.names, fired_log=self.fired_log)
+        fault_hook.write_active(self.names, fired_log=self.fired_log, fired_stderr=self.fired_stderr)
         return self
 
     def __exit__(self, *exc: object) -> None:
