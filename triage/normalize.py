@@ -35,6 +35,10 @@ _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bn\d+_\w+"), "<name>"),  # n5_dim: per-node generated attribute names
     (re.compile(r"\b(?:lv|gv)\d*\b"), "<name>"),  # TVM Relax's binding variables: lv, lv24, gv1
     (re.compile(r"\btmp_\w+"), "<name>"),
+    # the operator a TVM message names after its namespace (tirx.asin, R.subtract): one missing
+    # intrinsic or one type check is one bug whichever operator reached it first (torch's aten.X
+    # stays: a meta function or a lowering is per operator, and so are its bugs)
+    (re.compile(r"\b(tirx|tir|R|relax|topi|llvm)\.(?!<)[A-Za-z_]\w*"), r"\1.<op>"),
     (re.compile(r"%\w+"), "%<node>"),  # FX node references in "While executing %sin_1 : ..."
     (re.compile(r"\b([A-Za-z][A-Za-z]*?)_\d+\b"), r"\1_<n>"),  # FX node names sin_1, add_3
     (re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])"), "<num>"),
@@ -47,8 +51,11 @@ _WS = re.compile(r"\s+")
 def normalize_message(msg: str) -> str:
     """`msg` with numbers, shapes, addresses, paths and generated names replaced by placeholders.
 
-    Words, operator names and dtypes (`float32`, `aten.sin`, `conv2d`) stay: they are what tells
-    one bug from another. Whitespace runs collapse to one space.
+    Words, torch's operator names and dtypes (`float32`, `aten.sin`, `conv2d`) stay: they are
+    what tells one bug from another. An operator a TVM message names after its namespace
+    (`tirx.asin`, `R.subtract`) becomes `tirx.<op>`: TVM's missing intrinsic or type check that
+    names whichever operator reached it first is one bug, not one per operator. Whitespace runs
+    collapse to one space.
     """
     text = msg or ""
     for pattern, repl in _SUBSTITUTIONS:

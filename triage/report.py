@@ -64,7 +64,21 @@ def _family(target: str) -> str:
         return "torch"
 
 
-def layer_name(rung: str | None) -> str:
+# A TVM rung covers import, lowering, code generation and the VM: where a crash's frames are, it
+# names the part that raised (the innermost match wins: the frames run outermost first)
+_TVM_PARTS = (("relax/frontend/onnx", "TVM ONNX frontend"), ("relax/transform", "TVM Relax passes"),
+              ("relax/backend", "TVM Relax passes"), ("tirx/", "TVM TIR lowering"), ("tir/", "TVM TIR lowering"),
+              ("target/llvm", "TVM LLVM codegen"), ("codegen", "TVM LLVM codegen"), ("runtime/", "TVM runtime"))
+
+
+def layer_name(rung: str | None, frames: Any = ()) -> str:
+    """Who the title names: the rung's layer; for a TVM rung's crash, the part of TVM that raised."""
+    if (rung or "").startswith("tvm_") and frames:
+        for f in reversed(list(frames)):
+            path = str(getattr(f, "file", f)).replace("\\", "/")
+            part = next((name for key, name in _TVM_PARTS if key in path), None)
+            if part is not None:
+                return part
     return _LAYER_NAMES.get(rung or "", rung or "unknown layer")
 
 
@@ -123,7 +137,7 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     from nnforge.triage.rootcause import (attribute_class, compiler_error_line, describe_state_change, guilty_ops,
                                           is_stale_state, located)
 
-    prefix = f"[{layer_name(verdict.rung)}]"
+    prefix = f"[{layer_name(verdict.rung, verdict.frames)}]"
     chain = _ops_chain(case, limit=4)
     on = f" on {chain}" if chain else ""
     s = verdict.symptom
