@@ -45,8 +45,9 @@ def probe_source(program: str) -> tuple[str, list[Slot]] | None:
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
     forward = None if model is None else next(
         (f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
-    if forward is None:
-        return None
+    if forward is None or not any(isinstance(n, ast.Import) and any(a.name == "torch" and a.asname is None
+                                                                     for a in n.names) for n in tree.body):
+        return None  # the probe names `torch`
     for node in ast.walk(forward):
         if isinstance(node, (ast.For, ast.While, ast.AsyncFor, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
             return None
@@ -82,7 +83,8 @@ def _instrument(stmts: list[ast.stmt], slots: list[Slot], top: bool) -> list[ast
             reads = tuple(dict.fromkeys(n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name)))
             for name in names:
                 slots.append(Slot(name, line, reads))
-                out.append(ast.parse(f"{SEEN}.append({name})").body[0])
+                # tensors only: a function, a module or a list is no value to compare (None holds its place)
+                out.append(ast.parse(f"{SEEN}.append({name} if isinstance({name}, torch.Tensor) else None)").body[0])
     if top and not any(isinstance(s, ast.Return) for s in stmts):
         out.append(ast.parse(f"return tuple({SEEN})").body[0])
     return out

@@ -92,3 +92,19 @@ def test_statement_ops_name_what_the_statement_calls(line, ops):
     from nnforge.triage.canonical import statement_ops
 
     assert statement_ops(line) == ops
+
+
+def test_the_guilty_statement_of_a_reduced_program_is_the_first_one_wrong_alone(pool, settings):
+    """faulty_perturb:add puts its error in the graph's first float output whenever the graph holds
+    an add: the first wrong value is the clone's, yet the clone alone is right and the add alone
+    is wrong. A bug local to its operator (integer amin) stays on its own statement."""
+    from nnforge.triage.guilty import guilty_verdict
+
+    case = _case("v1 = torch.clone(x)\nv2 = v1 + x.sum()\nreturn (v2,)")
+    located = Oracle(pool, ["faulty_perturb:add"], locate=True).check(case).verdicts[0]
+    assert located.first_wrong["line"] == "v1 = torch.clone(x)"
+    guilty = guilty_verdict(pool, case, located, settings=settings)
+    assert guilty.first_wrong["line"] == "v2 = v1 + x.sum()" and guilty_ops(guilty.first_wrong)[-1] == "add"
+    local = _case("v3 = torch.amin(y, dim=1)\nv4 = v3 + 1\nreturn (v4,)")
+    verdict = Oracle(pool, ["faulty_amin_zero_init"], locate=True).check(local).verdicts[0]
+    assert guilty_verdict(pool, local, verdict, settings=settings).first_wrong["line"] == "v3 = torch.amin(y, dim=1)"

@@ -77,3 +77,19 @@ def record(payload: dict[str, Any]) -> dict[str, Any]:
         seen.setdefault(f"self.{key}", v.detach().clone())
     return {"values_pt": dump_values(seen), "dtypes": {k: str(v.dtype).replace("torch.", "") for k, v in seen.items()},
             "shapes": {k: list(v.shape) for k, v in seen.items()}}
+
+
+def record_in(pool: Any, case: Any, *, seed: int = 0,
+              timeout_s: float = 60.0) -> tuple[dict[str, Any], dict[str, tuple[str, list[int]]]]:
+    """(values by name, (dtype, shape) by name) of every named intermediate of `case` on its values,
+    computed in a worker of `pool`. Raises RuntimeError when the worker could not."""
+    from nnforge.oracle.job import dump_values, load_values
+
+    payload = {"program": case.program, "inputs_pt": dump_values(tuple(case.inputs)),
+               "state_pt": dump_values(dict(case.state_dict or {})),
+               "calls": [c.to_json() for c in case.calls], "seed": seed}
+    out = pool.call("nnforge.triage.intermediates:record", payload, timeout_s=timeout_s)
+    if not out.ok:
+        raise RuntimeError(f"recording intermediates failed: {out.status}: {out.exc_type}: {out.exc_message}")
+    values = dict(load_values(out.value["values_pt"]))
+    return values, {k: (out.value["dtypes"][k], out.value["shapes"][k]) for k in values}

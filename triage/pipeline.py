@@ -137,7 +137,9 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
                                   value_search_budget_ms=settings.value_search_budget_ms)
         if needed is not None:
             summary["values_needed"] = needed
-    verdict = locate_on(pool, case, verdict, settings=settings)
+    from nnforge.triage.guilty import guilty_verdict
+
+    verdict = guilty_verdict(pool, case, verdict, settings=settings)
     reduced_dir = campaign_dir / REDUCED_SUBDIR / str(finding.finding_id)
     case.save(reduced_dir)
     (reduced_dir / "verdict.json").write_text(json.dumps(verdict.to_json(), indent=2, sort_keys=True, default=str))
@@ -178,24 +180,6 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
                              repro_output=check.output or None)
     return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id,
                          assignment.is_new, assignment.how, summary, repro=repro_status)
-
-
-def locate_on(pool: Any, case: TestCase, verdict: Verdict, *, settings: Settings) -> Verdict:
-    """`verdict` with where its wrong value first appears in `case` (the reduced case: the
-    final key names that statement's operators, oracle/locate.py); as it was when the case does
-    not show the same kind of wrong value again or nothing is located."""
-    from dataclasses import replace
-
-    from nnforge.oracle.job import locatable
-    from nnforge.oracle.oracle import Oracle
-
-    if not locatable(verdict) or case.inputs is None:
-        return verdict
-    again = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
-                   locate=True).check(case).verdicts[0]
-    if again.first_wrong is None or again.symptom not in (Symptom.MISMATCH, Symptom.NAN_MISMATCH):
-        return replace(verdict, first_wrong=None)
-    return replace(verdict, first_wrong=again.first_wrong)
 
 
 def llm_advice(book: Any, settings: Settings, verdict: Verdict, case: TestCase, signature: Any,

@@ -36,7 +36,6 @@ from nnforge.triage.ddmin import ddmin
 from nnforge.triage.interesting import same_bug, why_not
 
 PASSES = ("members", "calls", "graph", "statements", "outputs", "expressions", "keywords", "literals")
-RECORD = "nnforge.triage.intermediates:record"
 
 
 def case_size(case: TestCase) -> dict[str, int]:
@@ -235,18 +234,13 @@ class _Run:
         """Every named intermediate of `case` on its values, computed in a worker (None if that fails)."""
         if self.r.pool is None or case.inputs is None:
             return None
-        from nnforge.oracle.job import dump_values, load_values
+        from nnforge.triage.intermediates import record_in
 
-        payload = {"program": case.program, "inputs_pt": dump_values(tuple(case.inputs)),
-                   "state_pt": dump_values(dict(case.state_dict or {})),
-                   "calls": [c.to_json() for c in case.calls], "seed": self.r.seed}
-        out = self.r.pool.call(RECORD, payload, timeout_s=self.r.timeout_s)
-        if not out.ok:
-            self.steps.append(f"recording intermediates failed: {out.status}: {out.exc_type}: {out.exc_message}"[:200])
+        try:
+            return record_in(self.r.pool, case, seed=self.r.seed, timeout_s=self.r.timeout_s)
+        except RuntimeError as e:
+            self.steps.append(str(e)[:200])
             return None
-        values = dict(load_values(out.value["values_pt"]))
-        shapes = {k: (out.value["dtypes"][k], out.value["shapes"][k]) for k in values}
-        return values, shapes
 
     def with_dtypes(self, case: TestCase) -> TestCase:
         """The case with meta["value_dtypes"]: its canonical form then needs no graph."""

@@ -1,0 +1,86 @@
+"""The guilty statement of a reduced wrong value: where it first appears, and whether it is wrong alone.
+
+The worker locates the first statement whose compiled value departs from eager (oracle/locate.py).
+In a reduced program that still holds several statements the first wrong value need not be the
+cause: a bug triggered by one operator can show in another's output (a graph-level pass, a fused
+kernel, a fault keyed on what the graph contains). So before the final key is chosen, each
+statement is run alone on the values it saw (the others cut, their values fed in as inputs, as
+the reducer does), the located one first: the first that is wrong on its own is the guilty one.
+When none is, the bug needs them together and the located statement keys it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from typing import Any
+
+from nnforge.core.settings import Settings
+from nnforge.core.testcase import TestCase
+from nnforge.core.verdict import Symptom, Verdict
+
+WRONG = (Symptom.MISMATCH, Symptom.NAN_MISMATCH)
+
+
+def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Settings) -> Verdict:
+    """`verdict` with `first_wrong` set to the guilty statement of `case` (see the module
+    docstring); without it when `case` does not show a located wrong value again."""
+    from nnforge.oracle.job import locatable
+    from nnforge.oracle.oracle import Oracle
+
+    if not locatable(verdict) or case.inputs is None:
+        return verdict
+    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
+                    locate=True)
+    again = oracle.check(case).verdicts[0]
+    if again.first_wrong is None or again.symptom not in WRONG:
+        return replace(verdict, first_wrong=None)
+    alone = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
+    return replace(verdict, first_wrong=alone or again.first_wrong)
+
+
+def _wrong_alone(pool: Any, oracle: Any, case: TestCase, located: dict, settings: Settings) -> dict | None:
+    """The first statement wrong on its own, the located one first; None when there is one
+    statement only, or none is wrong alone."""
+    from nnforge.triage import program_reduce as pr
+    from nnforge.triage.intermediates import record_in
+
+    try:
+        items = pr.statement_items(case)
+        body = pr.Edit.of(case).forward.body
+    except pr.NotAProgram:
+        return None
+    if len(items) < 2:
+        return None
+    first = next((i for i in items if ast.unparse(body[i])[:len(located["line"])] == located["line"]), None)
+    order = ([first] if first is not None else []) + [i for i in items if i != first]
+    try:
+        recorded, shapes = record_in(pool, case, timeout_s=settings.worker_timeout_s)
+    except RuntimeError:
+        return None
+    for i in order:
+        single = pr.without_statements(returning(case, i), [i], items, recorded, shapes)
+        if single is None:
+            continue
+        got = oracle.check(single).verdicts[0]
+        if got.symptom in WRONG and got.first_wrong is not None:
+            return got.first_wrong
+    return None
+
+
+def returning(case: TestCase, index: int) -> TestCase:
+    """`case` with forward returning what statement `index` assigns (and nothing else), so the
+    statement kept alone is no dead code."""
+    from nnforge.triage import program_reduce as pr
+
+    edit = pr.Edit.of(case)
+    body = edit.forward.body
+    names = [n.id for n in ast.walk(body[index]) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    if not names:
+        return case
+    ret = ast.Return(value=ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Load()) for n in names], ctx=ast.Load()))
+    if body and isinstance(body[-1], ast.Return):
+        body[-1] = ret
+    else:
+        body.append(ret)
+    return edit.to_case(case)
