@@ -152,3 +152,112 @@ def _input_shape(prog: Any, name: str) -> list[int] | None:
     if name not in params or params.index(name) >= len(prog.inputs):
         return None
     return _shape(prog.inputs[params.index(name)])
+
+
+# -- below the statement: the ATen operators it runs -------------------------------------------------------
+MAX_PIECES = 12  # ATen operators of one statement tried alone at the most
+
+
+def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
+    """Worker entry point (payload: program, inputs_pt, state_pt, seed): the ATen operators the
+    program's forward runs once traced with Inductor's decompositions, each as a program of its
+    own that calls that one operator on the values it saw: {"pieces": [{"op", "program",
+    "inputs_pt"}]}. A statement like `F.softsign(x)` or `torch.lerp(a, b, w)` is several ATen
+    operators; the one that is wrong alone is the bug (triage/guilty.py)."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nnforge.core.calls import SINGLE_CALL
+    from nnforge.oracle.job import Program, dump_values, load_values
+
+    prog = Program(source=payload["program"], inputs=tuple(load_values(payload["inputs_pt"]) or ()),
+                   state_dict=dict(load_values(payload.get("state_pt")) or {}), steps=SINGLE_CALL,
+                   seed=int(payload.get("seed", 0)))
+    model, calls = prog.fresh()
+    args = calls[0].args
+    try:
+        from torch._inductor.decomposition import select_decomp_table
+
+        table = select_decomp_table()
+    except Exception:
+        table = {}
+    with torch.no_grad():
+        gm = make_fx(lambda *a: model(*a), decomposition_table=table)(*args)
+        seen = _Recorder(gm).run_recording(*args)
+    pieces = []
+    for node, (node_args, node_kwargs) in seen:
+        piece = _piece(node.target, node_args, node_kwargs)
+        if piece is not None:
+            source, tensors = piece
+            pieces.append({"op": str(node.target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
+        if len(pieces) >= MAX_PIECES:
+            break
+    return {"pieces": pieces}
+
+
+class _Recorder:
+    """Runs an FX graph node by node, keeping each ATen call's concrete arguments."""
+
+    def __init__(self, gm: Any):
+        self.gm = gm
+
+    def run_recording(self, *args: Any) -> list[tuple[Any, tuple[tuple, dict]]]:
+        import torch
+        from torch.fx import Interpreter
+
+        calls: list[tuple[Any, tuple[tuple, dict]]] = []
+
+        class Keep(Interpreter):
+            def call_function(self, target: Any, a: tuple, kw: dict) -> Any:
+                if isinstance(target, torch._ops.OpOverload):
+                    calls.append((self.current_node, (a, kw)))
+                return super().call_function(target, a, kw)
+
+            def run_node(self, n: Any) -> Any:
+                self.current_node = n
+                return super().run_node(n)
+
+        Keep(self.gm).run(*args)
+        return calls
+
+
+def _piece(target: Any, args: tuple, kwargs: dict) -> tuple[str, list[Any]] | None:
+    """(program source, its input tensors) calling `target` alone, or None when an argument has
+    no literal form."""
+    import torch
+
+    tensors: list[Any] = []
+
+    def lit(v: Any) -> str | None:
+        if isinstance(v, torch.Tensor):
+            tensors.append(v.detach().clone())
+            return f"a{len(tensors) - 1}"
+        if v is None or isinstance(v, (bool, int, str)):
+            return repr(v)
+        if isinstance(v, float):
+            return repr(v) if v == v and abs(v) != float("inf") else f"float({str(v)!r})"
+        if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+            return str(v)
+        if isinstance(v, torch.device):
+            return f"torch.device({str(v)!r})"
+        if isinstance(v, (list, tuple)):
+            items = [lit(x) for x in v]
+            if any(x is None for x in items):
+                return None
+            inner = ", ".join(items)  # type: ignore[arg-type]
+            return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(items) == 1 else ''})"
+        return None
+
+    parts = [lit(a) for a in args]
+    for k, v in kwargs.items():
+        text = lit(v)
+        parts.append(None if text is None else f"{k}={text}")
+    if any(p is None for p in parts) or not tensors:
+        return None
+    names = ", ".join(f"a{i}" for i in range(len(tensors)))
+    makers = ", ".join(f"torch.zeros({list(t.shape)}, dtype={t.dtype})" for t in tensors)
+    source = (f"import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, {names}):\n"
+              f"        out = torch.ops.{target}({', '.join(parts)})\n"
+              f"        return out if isinstance(out, tuple) else (out,)\n\n\n"
+              f"def make_inputs():\n    return ({makers}{',' if len(tensors) == 1 else ''})\n")
+    return source, tensors

@@ -104,7 +104,15 @@ def test_the_guilty_statement_of_a_reduced_program_is_the_first_one_wrong_alone(
     located = Oracle(pool, ["faulty_perturb:add"], locate=True).check(case).verdicts[0]
     assert located.first_wrong["line"] == "v1 = torch.clone(x)"
     guilty = guilty_verdict(pool, case, located, settings=settings)
-    assert guilty.first_wrong["line"] == "v2 = v1 + x.sum()" and guilty_ops(guilty.first_wrong)[-1] == "add"
+    # and below the statement, of its ATen operators (sum, add) the add is wrong alone
+    assert guilty.first_wrong["line"] == "v2 = v1 + x.sum()" and guilty_ops(guilty.first_wrong) == ("aten.add",)
     local = _case("v3 = torch.amin(y, dim=1)\nv4 = v3 + 1\nreturn (v4,)")
     verdict = Oracle(pool, ["faulty_amin_zero_init"], locate=True).check(local).verdicts[0]
-    assert guilty_verdict(pool, local, verdict, settings=settings).first_wrong["line"] == "v3 = torch.amin(y, dim=1)"
+    amin = guilty_verdict(pool, local, verdict, settings=settings).first_wrong
+    assert amin["line"] == "v3 = torch.amin(y, dim=1)" and guilty_ops(amin) == ("aten.amin",)
+    # a statement that is several ATen operators: softsign is abs, add, div; the add is the bug
+    soft = _case("v1 = F.softsign(x)\nreturn (v1,)").with_(program=_program("v1 = F.softsign(x)\nreturn (v1,)")
+                                                           .replace("import torch\n", "import torch\nimport torch.nn.functional as F\n", 1))
+    verdict = Oracle(pool, ["faulty_perturb:add"], locate=True).check(soft).verdicts[0]
+    fw = guilty_verdict(pool, soft, verdict, settings=settings).first_wrong
+    assert fw["aten"] == "aten.add.Tensor" and guilty_ops(fw) == ("aten.add",)

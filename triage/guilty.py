@@ -7,6 +7,11 @@ kernel, a fault keyed on what the graph contains). So before the final key is ch
 statement is run alone on the values it saw (the others cut, their values fed in as inputs, as
 the reducer does), the located one first: the first that is wrong on its own is the guilty one.
 When none is, the bug needs them together and the located statement keys it.
+
+Below the statement, for torch.compile targets: a statement is often several ATen operators
+(`F.softsign` is abs, add and div; `torch.lerp` a sub and an add). Each runs alone on the values it
+saw (oracle/locate.py `aten_pieces`), and the first wrong alone names the bug: a wrong `add`
+shows in softsign, rms_norm and lerp alike, and is one cluster.
 """
 
 from __future__ import annotations
@@ -35,13 +40,45 @@ def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Set
     again = oracle.check(case).verdicts[0]
     if again.first_wrong is None or again.symptom not in WRONG:
         return replace(verdict, first_wrong=None)
-    alone = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
-    return replace(verdict, first_wrong=alone or again.first_wrong)
+    alone, single = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
+    guilty = alone or again.first_wrong
+    if single is not None:
+        aten = _wrong_aten_op(pool, oracle, single, verdict.target, settings)
+        if aten is not None:
+            guilty = {**guilty, "aten": aten}
+    return replace(verdict, first_wrong=guilty)
 
 
-def _wrong_alone(pool: Any, oracle: Any, case: TestCase, located: dict, settings: Settings) -> dict | None:
-    """The first statement wrong on its own, the located one first; None when there is one
-    statement only, or none is wrong alone."""
+def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings) -> str | None:
+    """The first ATen operator of a one-statement program that is wrong alone (torch.compile
+    targets: an ONNX target does not compile ATen calls one by one), or None."""
+    from nnforge.oracle.backend import parse_target
+    from nnforge.oracle.job import dump_values, load_values
+
+    if parse_target(target).spec.family == "onnx" or single.inputs is None:
+        return None
+    payload = {"program": single.program, "inputs_pt": dump_values(tuple(single.inputs)),
+               "state_pt": dump_values(dict(single.state_dict or {}))}
+    out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
+    if not out.ok:
+        return None
+    pieces = out.value.get("pieces") or []
+    if len(pieces) < 2:  # the statement is one ATen operator: nothing to tell apart
+        return pieces[0]["op"] if pieces and _wrong(oracle, pieces[0]) else None
+    return next((p["op"] for p in pieces if _wrong(oracle, p)), None)
+
+
+def _wrong(oracle: Any, piece: dict) -> bool:
+    from nnforge.oracle.job import load_values
+
+    case = TestCase(program=piece["program"], inputs=tuple(load_values(piece["inputs_pt"])))
+    return oracle.check(case).verdicts[0].symptom in WRONG
+
+
+def _wrong_alone(pool: Any, oracle: Any, case: TestCase, located: dict,
+                 settings: Settings) -> tuple[dict | None, TestCase | None]:
+    """(the first statement wrong on its own, the located one first, and its one-statement case);
+    (None, case) when `case` is one statement already; (None, None) when none is wrong alone."""
     from nnforge.triage import program_reduce as pr
     from nnforge.triage.intermediates import record_in
 
@@ -49,23 +86,23 @@ def _wrong_alone(pool: Any, oracle: Any, case: TestCase, located: dict, settings
         items = pr.statement_items(case)
         body = pr.Edit.of(case).forward.body
     except pr.NotAProgram:
-        return None
+        return None, None
     if len(items) < 2:
-        return None
+        return None, case
     first = next((i for i in items if ast.unparse(body[i])[:len(located["line"])] == located["line"]), None)
     order = ([first] if first is not None else []) + [i for i in items if i != first]
     try:
         recorded, shapes = record_in(pool, case, timeout_s=settings.worker_timeout_s)
     except RuntimeError:
-        return None
+        return None, None
     for i in order:
         single = pr.without_statements(returning(case, i), [i], items, recorded, shapes)
         if single is None:
             continue
         got = oracle.check(single).verdicts[0]
         if got.symptom in WRONG and got.first_wrong is not None:
-            return got.first_wrong
-    return None
+            return got.first_wrong, single
+    return None, None
 
 
 def returning(case: TestCase, index: int) -> TestCase:

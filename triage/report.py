@@ -135,7 +135,7 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     """One line from the root-cause key: the layer, the symptom and what the bug is (the
     compiler's error line for crashes, the state change for stale state, the ops otherwise)."""
     from nnforge.triage.rootcause import (attribute_class, compiler_error_line, describe_state_change, guilty_ops,
-                                          is_stale_state, located)
+                                          is_stale_state, located, statement_ops_of)
 
     prefix = f"[{layer_name(verdict.rung, verdict.frames)}]"
     chain = _ops_chain(case, limit=4)
@@ -159,7 +159,8 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     elif (fw := located(verdict)) is not None and not _wrong_form(verdict.detail):
         attrs = ", ".join((str(fw.get("dtype") or "?"),) + attribute_class(fw))
         downstream = " (NaN/Inf further on)" if s is Symptom.NAN_MISMATCH else ""
-        text = f"wrong values from {' + '.join(guilty_ops(fw))} ({attrs}){downstream}"
+        inside = f" in {' + '.join(statement_ops_of(fw))}" if fw.get("aten") else ""
+        text = f"wrong values from {' + '.join(guilty_ops(fw))}{inside} ({attrs}){downstream}"
     elif s is Symptom.MISMATCH and verdict.gradient:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""
         text = f"wrong gradient of {verdict.gradient} in the backward{on}{err}"

@@ -125,6 +125,15 @@ def located(verdict: Verdict) -> dict | None:
 
 
 def guilty_ops(first_wrong: dict) -> tuple[str, ...]:
+    """The ATen operator found wrong alone (`("aten.add",)`, triage/guilty.py), else the operators
+    of the statement that first went wrong (`("sub",)`); ("assign",) for none."""
+    if first_wrong.get("aten"):
+        return (str(first_wrong["aten"]).rsplit(".", 1)[0] if str(first_wrong["aten"]).count(".") >= 2
+                else str(first_wrong["aten"]),)
+    return statement_ops_of(first_wrong)
+
+
+def statement_ops_of(first_wrong: dict) -> tuple[str, ...]:
     """The operators of the statement that first went wrong (`("sub",)`); ("assign",) for none."""
     from nnforge.triage.canonical import statement_ops
 
