@@ -90,6 +90,30 @@ def attribute_all(repros: list[Path], faults: list[str], workers: int = 2) -> li
     return out
 
 
+def early_key_agreement(store: Path) -> dict:
+    """How often a finding's early key (set when it was recorded) agrees with where its reduction
+    ended: of the keys with two or more reduced findings, those whose reductions all reached one
+    cluster; and of the reduced findings, those whose cluster is their key's most common one."""
+    import sqlite3
+    from collections import Counter, defaultdict
+
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT pkey, signature_digest FROM findings WHERE status = 'triaged' "
+                          "AND pkey IS NOT NULL AND signature_digest IS NOT NULL").fetchall()
+    finally:
+        db.close()
+    by_key: dict[str, Counter] = defaultdict(Counter)
+    for pkey, digest in rows:
+        by_key[pkey][digest] += 1
+    multi = {k: c for k, c in by_key.items() if sum(c.values()) >= 2}
+    keys_per_cluster: Counter = Counter(d for c in by_key.values() for d in c)
+    return {"reduced": len(rows), "early keys": len(by_key), "clusters": len(keys_per_cluster),
+            "keys reduced twice or more": len(multi), "of those, one cluster": sum(1 for c in multi.values() if len(c) == 1),
+            "reduced findings in their key's usual cluster": sum(c.most_common(1)[0][1] for c in by_key.values()),
+            "clusters reached from several early keys": sum(1 for n in keys_per_cluster.values() if n > 1)}
+
+
 def run_together(faults: list[fault_hook.Fault], args: argparse.Namespace) -> int:
     from nnforge.agent.report_data import load_view
     from nnforge.agent.store import STORE_FILE, StoreReader
@@ -125,7 +149,9 @@ def run_together(faults: list[fault_hook.Fault], args: argparse.Namespace) -> in
         mine = [c for c in clusters if name in c["causes"]]
         per_fault.append({"fault": name, "surfaced": bool(mine), "listed clusters": len(mine),
                           "clusters": [c["cluster"] for c in mine]})
+    agreement = early_key_agreement(folder / STORE_FILE)
     result = {"faults": names, "targets": targets, "minutes": args.minutes, "campaign_exit": rc,
+              "early_key_agreement": agreement,
               "tests": tests, "findings": by_status, "waiting": by_status.get("new", 0),
               "clusters": len(view.clusters), "listed": len(listed), "per_fault": per_fault,
               "listed_clusters": clusters}
@@ -141,4 +167,5 @@ def run_together(faults: list[fault_hook.Fault], args: argparse.Namespace) -> in
           f"faults surfaced: {len(surfaced)}/{len(names)}; listed clusters per surfaced fault: "
           f"{[p['listed clusters'] for p in surfaced]}; listed clusters matching no fault: "
           f"{sum(1 for c in clusters if not c['causes'])}")
+    print(f"early keys against reductions: {agreement}")
     return 0
