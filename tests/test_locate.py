@@ -60,7 +60,7 @@ def test_one_wrong_operator_is_one_key_whatever_its_values_flow_into(pool):
     keys = {provisional_key(v, _case(b)) for v, b in zip(verdicts, bodies)}
     assert len(keys) == 1 and '"amin"' in keys.pop()
     assert len({signature_of(v, _case(b)).digest for v, b in zip(verdicts, bodies)}) == 1
-    # int64: another early key (its dtype), the same final one (an integer amin)
+    # int64: another early key (its dtype), the same final one (amin)
     wide = oracle.check(_case(bodies[1], "int64")).verdicts[0]
     assert wide.first_wrong["dtype"] == "int64"
     assert provisional_key(wide, _case(bodies[1], "int64")) not in {provisional_key(verdicts[1], _case(bodies[1]))}

@@ -107,15 +107,6 @@ def lost_write_key(verdict: Verdict) -> str | None:
 
 
 # -- where a wrong value first appeared ----------------------------------------------------------------------
-_DTYPE_CLASSES = {"float16": "half", "bfloat16": "half", "float32": "float", "float64": "float", "bool": "bool",
-                  "complex64": "complex", "complex128": "complex"}
-
-
-def dtype_class(dtype: str) -> str:
-    """float16/bfloat16 -> half, float32/float64 -> float, integers -> int, bool, complex."""
-    return _DTYPE_CLASSES.get(dtype, "int" if "int" in dtype else dtype)
-
-
 def located(verdict: Verdict) -> dict | None:
     """The verdict's located first wrong value (a wrong output value only), or None."""
     fw = verdict.first_wrong
@@ -174,14 +165,14 @@ def _numel(shape: list[int]) -> int:
 
 
 def located_key(first_wrong: dict, *, early: bool) -> list:
-    """["first wrong", ops, dtype, attribute class] (early: the exact dtype and the call's class)
-    or ["first wrong", ops, dtype class] (final, on the reduced case: one bug whatever literals
-    and sizes the reduction kept)."""
+    """["first wrong", ops, dtype, attribute class] (early: the exact dtype and the call's class,
+    so that findings which agree on all of it can skip a reduction) or ["first wrong", ops]
+    (final, on the reduced case: the guilty operator alone, whatever dtype, literals and sizes
+    the reduction kept; one vectorised `floor` bug is one cluster in float64 and bfloat16)."""
     ops = list(guilty_ops(first_wrong))
-    dtype = str(first_wrong.get("dtype") or "?")
     if early:
-        return ["first wrong", ops, dtype, list(attribute_class(first_wrong))]
-    return ["first wrong", ops, dtype_class(dtype)]
+        return ["first wrong", ops, str(first_wrong.get("dtype") or "?"), list(attribute_class(first_wrong))]
+    return ["first wrong", ops]
 
 
 # -- the provisional key -------------------------------------------------------------------------------------

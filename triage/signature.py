@@ -4,8 +4,8 @@
   compiler broke: exception type, the message's first line normalised (numbers, shapes, names,
   paths gone) and the innermost compiler frames (wrappers skipped, no line numbers).
 - Wrong outputs (mismatch, nan_mismatch) key on where the values first went wrong when the
-  worker located it (oracle/locate.py): the operators of that statement and its dtype class,
-  whatever the reduced program computes after it. Unlocated, they key on the canonical form of
+  worker located it (oracle/locate.py, triage/guilty.py): the ATen operator wrong alone, else
+  the operators of that statement, whatever the reduced program computes after it. Unlocated, they key on the canonical form of
   the (reduced) program: its operator sequence with dtypes (see canonical.py).
 - Stale state (the compiled run that kept its state disagrees with the one reset before every
   call) keys on what changed between calls (rootcause.py), not on the operators that carried it.
