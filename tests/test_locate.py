@@ -116,3 +116,8 @@ def test_the_guilty_statement_of_a_reduced_program_is_the_first_one_wrong_alone(
     verdict = Oracle(pool, ["faulty_perturb:add"], locate=True).check(soft).verdicts[0]
     fw = guilty_verdict(pool, soft, verdict, settings=settings).first_wrong
     assert fw["aten"] == "aten.add.Tensor" and guilty_ops(fw) == ("aten.add",)
+
+
+def test_an_in_place_aten_variant_keys_as_its_functional_operator():
+    assert guilty_ops({"aten": "aten.add_.Tensor", "line": "v1 = x + 1"}) == ("aten.add",)
+    assert guilty_ops({"aten": "aten.__and__.Tensor", "line": "v1 = x & y"}) == ("aten.__and__",)

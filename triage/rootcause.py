@@ -118,9 +118,10 @@ def located(verdict: Verdict) -> dict | None:
 def guilty_ops(first_wrong: dict) -> tuple[str, ...]:
     """The ATen operator found wrong alone (`("aten.add",)`, triage/guilty.py), else the operators
     of the statement that first went wrong (`("sub",)`); ("assign",) for none."""
-    if first_wrong.get("aten"):
-        return (str(first_wrong["aten"]).rsplit(".", 1)[0] if str(first_wrong["aten"]).count(".") >= 2
-                else str(first_wrong["aten"]),)
+    if first_wrong.get("aten"):  # aten.add_.Tensor -> aten.add: an in-place variant is the same kernel
+        name = str(first_wrong["aten"])
+        packet = name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
+        return (packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet,)
     return statement_ops_of(first_wrong)
 
 
