@@ -148,3 +148,10 @@ def test_a_tvm_crash_title_names_the_part_of_tvm_that_raised():
     assert layer_name("tvm_frontend", codegen) == "TVM LLVM codegen"
     assert layer_name("tvm_frontend", frontend) == "TVM ONNX frontend"
     assert layer_name("tvm_frontend") == "TVM ONNX frontend" and layer_name("inductor", codegen) == "inductor"
+
+
+def test_a_0d_shape_in_a_tvm_type_error_keys_as_any_other_shape():
+    msg = ('Binary operators must have the same datatype for both operands. However, R.add(lv, lv1) uses datatype '
+           'T.float32 on the LHS (Type of R.Tensor({}, dtype="float32")), and T.float16 on the RHS')
+    assert normalize_message(msg.format("()")) == normalize_message(msg.format("(2, 3)"))
+    assert normalize_message("foo() got []") == "foo() got <shape>"  # a call's empty parentheses stay

@@ -30,6 +30,8 @@ _SUBSTITUTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"torch\.Size\(\[[^\]]*\]\)"), "<shape>"),
     # shape-like brackets: [2, 3], (4,), [s0, 3], [] ; only numbers, symbols and commas inside
     (re.compile(r"[\[(]\s*(?:-?\w+\s*,\s*)*-?\w+\s*,?\s*[\])](?=[^\w(]|$)"), "_SHAPE_CANDIDATE_"),
+    # an empty pair no call follows is a 0-d tensor's shape: "R.Tensor((), ...)" keys as "R.Tensor((2, 3), ...)"
+    (re.compile(r"(?<![\w\]])(?:\(\s*\)|\[\s*\])(?=[^\w(]|$)"), "<shape>"),
     # generated names of the generator, FX, Inductor and symbolic shapes
     (re.compile(r"\b(?:v|w|x|buf|arg|primals|tangents|getitem|tmp|s|u|ps|zuf|unbacked)\d+(?:_\w+)?\b"), "<name>"),
     (re.compile(r"\bn\d+_\w+"), "<name>"),  # n5_dim: per-node generated attribute names
