@@ -53,7 +53,7 @@ def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settin
     """The first ATen operator of a one-statement program that is wrong alone (torch.compile
     targets: an ONNX target does not compile ATen calls one by one), or None."""
     from nnforge.oracle.backend import parse_target
-    from nnforge.oracle.job import dump_values, load_values
+    from nnforge.oracle.job import dump_values
 
     if parse_target(target).spec.family == "onnx" or single.inputs is None:
         return None
@@ -62,10 +62,7 @@ def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settin
     out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return None
-    pieces = out.value.get("pieces") or []
-    if len(pieces) < 2:  # the statement is one ATen operator: nothing to tell apart
-        return pieces[0]["op"] if pieces and _wrong(oracle, pieces[0]) else None
-    return next((p["op"] for p in pieces if _wrong(oracle, p)), None)
+    return next((p["op"] for p in out.value.get("pieces") or [] if _wrong(oracle, p)), None)
 
 
 def _wrong(oracle: Any, piece: dict) -> bool:
