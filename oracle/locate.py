@@ -159,7 +159,7 @@ MAX_PIECES = 12  # ATen operators of one statement tried alone at the most
 
 
 def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry point (payload: program, inputs_pt, state_pt, seed): the ATen operators the
+    """Worker entry point (payload: program, inputs_pt, state_pt, seed, most): the ATen operators the
     program's forward runs once traced with Inductor's decompositions, each as a program of its
     own that calls that one operator on the values it saw: {"pieces": [{"op", "program",
     "inputs_pt"}]}. A statement like `F.softsign(x)` or `torch.lerp(a, b, w)` is several ATen
@@ -190,7 +190,7 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
         if piece is not None:
             source, tensors = piece
             pieces.append({"op": str(node.target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
-        if len(pieces) >= MAX_PIECES:
+        if len(pieces) >= int(payload.get("most", MAX_PIECES)):
             break
     return {"pieces": pieces}
 

@@ -116,6 +116,14 @@ def test_the_guilty_statement_of_a_reduced_program_is_the_first_one_wrong_alone(
     verdict = Oracle(pool, ["faulty_perturb:add"], locate=True).check(soft).verdicts[0]
     fw = guilty_verdict(pool, soft, verdict, settings=settings).first_wrong
     assert fw["aten"] == "aten.add.Tensor" and guilty_ops(fw) == ("aten.add",)
+    # statements tied by a Python dict no input can carry: none stands alone, the ATen calls of
+    # the whole program still do, and the add is found there
+    tied = _case("d = {'a': x, 'b': x * 2}\nd.setdefault('c', d['a'] + d['b'])\nv1 = torch.clone(d['c'])\n"
+                 "return (v1,)")
+    verdict = Oracle(pool, ["faulty_perturb:add"], locate=True).check(tied).verdicts[0]
+    assert verdict.symptom is Symptom.MISMATCH
+    fw = guilty_verdict(pool, tied, verdict, settings=settings).first_wrong
+    assert fw["aten"] == "aten.add.Tensor" and guilty_ops(fw) == ("aten.add",), fw
 
 
 def test_an_in_place_aten_variant_keys_as_its_functional_operator():

@@ -312,3 +312,77 @@ def test_a_few_queries_are_enough_to_drop_the_outputs_the_bug_does_not_need(pool
     assert res.verified and "sin" in op_names(res.case), res.steps
     # 28 ops, the guilty member 10; nodes first, 4 queries left 4 ops (6 queries: 2)
     assert res.after["ops"] <= 2, (res.steps, res.case.program)
+
+
+MUTATOR_BLOCKS = """import torch
+import contextlib
+
+
+class _Stop(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _flipped(t):
+    with torch.set_grad_enabled(not torch.is_grad_enabled()):
+        try:
+            yield t * 0.5
+        except _Stop:
+            pass
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, m):
+        a = torch.where(m, x, -x)
+        b = a.repeat((2,))
+        c = -1 / torch.sgn(b)
+        keys = sorted(['p', 'q'], key=lambda k: -ord(k))
+        picked = [k for k in keys if k == 'p']
+        with _flipped(c) as half:
+            c = c + half
+            raise _Stop()
+        return (c, len(picked))
+
+
+def make_inputs():
+    return (torch.randint(1, 9, [6], dtype=torch.int64), torch.randint(0, 2, [6]).bool())
+"""
+
+
+def test_names_a_block_binds_for_itself_are_no_reads_from_outside():
+    import ast
+
+    from nnforge.triage.program_reduce import Edit
+
+    edit = Edit.of(TestCase(program=MUTATOR_BLOCKS, inputs=(1, 2)))
+    assert edit.undefined() == set()  # `half`, `k` bound by the with, the lambda, the comprehension
+    body = edit.forward.body
+    edit.forward.body = [s for s in body if not (isinstance(s, ast.Assign) and s.targets[0].id == "c")]
+    assert edit.undefined() == {"c"}  # a name the with-block reads from outside is still missed
+    edit.forward.body = [ast.parse("y = y + 1").body[0]] + body
+    assert "y" in edit.undefined()  # an assignment reads its value before it binds
+
+
+def test_statements_before_a_mutator_block_are_cut(pool):
+    verdict, case = _check(pool, TestCase(program=MUTATOR_BLOCKS), "faulty_perturb:add")
+    assert verdict.symptom is Symptom.MISMATCH
+    res = Reducer(pool, "faulty_perturb:add", max_queries=60).reduce(case, verdict)
+    assert res.verified and res.verdict.symptom is Symptom.MISMATCH, res.steps
+    src = res.case.program
+    assert "repeat" not in src and "sgn" not in src and "where" not in src, src  # cut: their values feed in
+    assert "with _flipped" in src and "sorted" not in src, src
+
+
+def test_integer_inputs_become_float32_where_the_bug_stays(pool):
+    program = ("import torch\nimport torch.nn.functional as F\n\n\nclass Model(torch.nn.Module):\n"
+               "    def forward(self, x, i):\n        return (F.softsign(x) * 2, torch.gather(x, 0, i))\n\n\n"
+               "def make_inputs():\n    return (torch.randint(-8, 9, [6], dtype=torch.int64), "
+               "torch.randint(0, 6, [3], dtype=torch.int64))\n")
+    verdict, case = _check(pool, TestCase(program=program), "faulty_perturb:add")
+    assert verdict.symptom is Symptom.MISMATCH
+    res = Reducer(pool, "faulty_perturb:add", passes=("dtypes",)).reduce(case, verdict)
+    assert res.verified, res.steps
+    src = res.case.program
+    # softsign's input went float32; gather's index cannot, and stays int64
+    assert "torch.randn([6], dtype=torch.float32)" in src and "randint(0, 6, [3], dtype=torch.int64)" in src, src
+    assert res.case.inputs[0].dtype.is_floating_point and not res.case.inputs[1].dtype.is_floating_point

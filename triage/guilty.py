@@ -11,7 +11,8 @@ When none is, the bug needs them together and the located statement keys it.
 Below the statement, for torch.compile targets: a statement is often several ATen operators
 (`F.softsign` is abs, add and div; `torch.lerp` a sub and an add). Each runs alone on the values it
 saw (oracle/locate.py `aten_pieces`), and the first wrong alone names the bug: a wrong `add`
-shows in softsign, rms_norm and lerp alike, and is one cluster.
+shows in softsign, rms_norm and lerp alike, and is one cluster. When no statement is wrong alone,
+the whole program's ATen calls are tried the same way.
 """
 
 from __future__ import annotations
@@ -42,23 +43,31 @@ def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Set
         return replace(verdict, first_wrong=None)
     alone, single = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
     guilty = alone or again.first_wrong
-    if single is not None:
-        aten = _wrong_aten_op(pool, oracle, single, verdict.target, settings)
-        if aten is not None:
-            guilty = {**guilty, "aten": aten}
+    aten = _wrong_aten_op(pool, oracle, single or case, verdict.target, settings,
+                          most=MAX_PIECES_ONE if single is not None else MAX_PIECES_ALL)
+    if aten is not None:
+        guilty = {**guilty, "aten": aten}
     return replace(verdict, first_wrong=guilty)
 
 
-def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings) -> str | None:
-    """The first ATen operator of a one-statement program that is wrong alone (torch.compile
-    targets: an ONNX target does not compile ATen calls one by one), or None."""
+MAX_PIECES_ONE = 12  # ATen operators of one statement tried alone at the most
+MAX_PIECES_ALL = 32  # ... of a whole program none of whose statements is wrong alone
+
+
+def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings, *,
+                   most: int = MAX_PIECES_ONE) -> str | None:
+    """The first ATen operator of `single` that is wrong alone (torch.compile targets: an ONNX
+    target does not compile ATen calls one by one), or None. `single` is one statement, or the
+    whole program when no statement is wrong alone: the statements of a mutator's block (a dict
+    built and read back, a branch) depend on each other through Python values no input can carry,
+    but their ATen calls still run one by one."""
     from nnforge.oracle.backend import parse_target
     from nnforge.oracle.job import dump_values
 
     if parse_target(target).spec.family == "onnx" or single.inputs is None:
         return None
     payload = {"program": single.program, "inputs_pt": dump_values(tuple(single.inputs)),
-               "state_pt": dump_values(dict(single.state_dict or {}))}
+               "state_pt": dump_values(dict(single.state_dict or {})), "most": most}
     out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return None

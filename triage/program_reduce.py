@@ -167,7 +167,7 @@ class Edit:
         known = set(dir(builtins)) | _module_names(self.tree) | {"self"} | set(self.params())
         missing: set[str] = set()
         for stmt in self.forward.body:
-            missing |= _loads([stmt]) - known
+            missing |= _reads_before_binding(stmt) - known
             known |= _stores([stmt])
         return missing
 
@@ -347,6 +347,45 @@ def literal_candidates(case: TestCase) -> Iterator[TestCase]:
             yield edit.to_case(case)
 
 
+CANONICAL_DTYPE = "float32"
+_CASTABLE = ("float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8")
+
+
+def dtype_candidates(case: TestCase) -> Iterator[TestCase]:
+    """The inputs cast to float32: all of them at once, then each alone.
+
+    A maintainer reads a float32 repro first, and one wrong operator found on int64, bfloat16 and
+    float32 inputs is one bug: a reduction that ends on float32 wherever the bug allows it lets
+    their keys and titles meet. Masks (bool) stay, and an input a later call changes stays."""
+    base = Edit.of(case)
+    maker = base.maker_tuple()
+    if maker is None or len(maker.elts) != len(base.inputs) or len(base.inputs) != len(base.params()):
+        return
+    changed = {c.index for step in base.calls for c in step.inputs}
+    import torch
+
+    idx = [i for i, v in enumerate(base.inputs) if isinstance(v, torch.Tensor) and i not in changed
+           and str(v.dtype).replace("torch.", "") in _CASTABLE]
+    for group in ([idx] if len(idx) > 1 else []) + [[i] for i in idx]:
+        yield _cast_inputs(case, base, group)
+
+
+def _cast_inputs(case: TestCase, base: Edit, idx: list[int]) -> TestCase:
+    import torch
+
+    from nnforge.generator.ir import Value
+    from nnforge.generator.materialize import random_tensor_expr
+
+    edit = base.copy()
+    maker = edit.maker_tuple()
+    assert maker is not None
+    for i in idx:
+        v = edit.inputs[i]
+        edit.inputs[i] = v.detach().to(torch.float32)
+        maker.elts[i] = ast.parse(random_tensor_expr(Value(0, CANONICAL_DTYPE, list(v.shape))), mode="eval").body
+    return edit.to_case(case)
+
+
 # -- helpers ------------------------------------------------------------------------------------------
 def _drop_input(step: CallStep, index: int) -> CallStep:
     changes = tuple(c if c.index < index else replace(c, index=c.index - 1) for c in step.inputs if c.index != index)
@@ -363,6 +402,65 @@ def _loads_expr(e: ast.expr) -> set[str]:
 
 def _stores(stmts: list[ast.stmt]) -> set[str]:
     return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _reads_before_binding(stmt: ast.stmt) -> set[str]:
+    """The names `stmt` reads before it binds them itself.
+
+    An assignment reads its value before it binds its targets (`x = x + 1` reads an outer `x`). A
+    compound statement binds names its own body then reads: the `as` of a `with` or an `except`, a
+    `for` target, an assignment earlier in its body; an expression binds a lambda's or a
+    comprehension's variables. Those are no reads from outside. Counting them made every program
+    holding a mutator's `with`, loop, lambda or comprehension look undefined, so that no statement
+    of it could ever be cut."""
+    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        reads = _free_loads(stmt.value) if stmt.value is not None else set()
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            reads.add(stmt.target.id)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return reads | set().union(*[_free_loads(t) for t in targets])
+    bodies = [getattr(stmt, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(stmt, f, None), list)]
+    if not bodies or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return _free_loads(stmt)
+    header: list[ast.AST] = []
+    known: set[str] = set()
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        header = [i.context_expr for i in stmt.items]
+        known = set().union(*[_stores_in(i.optional_vars) for i in stmt.items if i.optional_vars is not None])
+    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        header, known = [stmt.iter], _stores_in(stmt.target)
+    elif isinstance(stmt, (ast.If, ast.While)):
+        header = [stmt.test]
+    header += [h.type for h in getattr(stmt, "handlers", []) if h.type is not None]
+    reads = set().union(*[_free_loads(h) for h in header]) if header else set()
+    blocks = bodies + [h.body for h in getattr(stmt, "handlers", [])]
+    names = {id(h.body): {h.name} for h in getattr(stmt, "handlers", []) if h.name}
+    for block in blocks:
+        seen = known | names.get(id(block), set())
+        for inner in block:
+            reads |= _reads_before_binding(inner) - seen
+            seen |= _stores([inner])
+    return reads
+
+
+def _free_loads(node: ast.AST) -> set[str]:
+    """Names read in `node` that no lambda, comprehension or walrus inside it binds."""
+    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    scoped: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.arg):
+            scoped.add(n.arg)
+        elif isinstance(n, ast.comprehension) or isinstance(n, ast.NamedExpr):
+            scoped |= _stores_in(n.target)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            scoped.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            scoped |= {(a.asname or a.name).split(".")[0] for a in n.names}
+    return loads - scoped
+
+
+def _stores_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _first_read(body: list[ast.stmt], name: str) -> int:

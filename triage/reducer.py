@@ -8,8 +8,8 @@ Passes, in order, each delta debugging over one kind of part (see ddmin.py):
 1. `calls`: the invocation sequence, fewest calls that still show the bug;
 2. `graph`: the generator graph's outputs (the guilty output's cone), its nodes, then the
    outputs left (graph_reduce.py), for cases whose program is still their graph's materialisation;
-3. `statements`, `outputs`, `expressions`, `keywords`, `literals`: the program's syntax tree
-   (program_reduce.py), for any program.
+3. `statements`, `dtypes`, `outputs`, `expressions`, `keywords`, `literals`: the program's syntax
+   tree and its inputs' dtypes (float32 where the bug allows it; program_reduce.py), for any program.
 
 Every candidate is judged by the oracle on the one target, in a worker, with a time limit, and
 accepted only when `same_bug` holds against the verdict being preserved (interesting.py).
@@ -35,7 +35,7 @@ from nnforge.triage.canonical import program_ops
 from nnforge.triage.ddmin import ddmin
 from nnforge.triage.interesting import same_bug, why_not
 
-PASSES = ("members", "calls", "graph", "statements", "outputs", "expressions", "keywords", "literals")
+PASSES = ("members", "calls", "graph", "statements", "dtypes", "outputs", "expressions", "keywords", "literals")
 
 
 def case_size(case: TestCase) -> dict[str, int]:
@@ -391,6 +391,9 @@ class _Run:
 
     def pass_literals(self) -> None:
         self._greedy("literals", pr.literal_candidates)
+
+    def pass_dtypes(self) -> None:
+        self._greedy("dtypes", pr.dtype_candidates)
 
     def _greedy(self, name: str, candidates: Callable[[TestCase], Iterable[TestCase]]) -> None:
         """Accept the first interesting candidate, then start over on the smaller case."""
