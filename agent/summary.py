@@ -102,7 +102,7 @@ def _head(view: CampaignView) -> list[str]:
         ("unique bugs (clusters whose repro.py reproduced)", len(view.bug_clusters)),
         ("invalid", f"{view.invalid} ({_pct(view.invalid / view.tests) if view.tests else '0.0%'})"),
         ("findings", f"{view.findings['total']} ({view.findings.get('triaged', 0)} reduced, "
-                     f"{view.findings.get('attached', 0)} attached to their key's cluster unreduced, "
+                     f"{view.findings.get('attached', 0)} attached unreduced (by key, or a known guilty operator wrong alone in them), "
                      f"{view.findings.get('new', 0)} waiting, of which {view.findings.get('failed', 0)} failed triage)"),
     ]
     if view.triage_outlook:

@@ -57,7 +57,7 @@ class TriageThread(threading.Thread):
 
     def run(self) -> None:
         from nnforge.core.settings import load_settings
-        from nnforge.triage.pipeline import TriageConfig, triage_finding
+        from nnforge.triage.pipeline import KNOWN_GUILTY, TriageConfig, triage_finding
 
         # --llm openai turns the triage LLM step on as it turns on LLM mutators (offline by default)
         settings = load_settings(llm_provider="openai") if self.cfg.llm != "none" else load_settings()
@@ -87,6 +87,10 @@ class TriageThread(threading.Thread):
                         self.done += 1
                         if o.how == "attached":
                             self.known += 1
+                        elif o.how == KNOWN_GUILTY:
+                            self.known += 1
+                            self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id} unreduced "
+                                     f"(its guilty operator is wrong alone in it)")
                         else:
                             self.group.reduced(time.monotonic() - t0)
                             self.log(f"triage: finding {finding.finding_id} → cluster {o.cluster_id}"

@@ -159,9 +159,11 @@ MAX_PIECES = 12  # ATen operators of one statement tried alone at the most
 
 
 def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry point (payload: program, inputs_pt, state_pt, seed, most): the ATen operators the
-    program's forward runs once traced with Inductor's decompositions, each as a program of its
-    own that calls that one operator on the values it saw: {"pieces": [{"op", "program",
+    """Worker entry point (payload: program, inputs_pt, state_pt, seed, most, only): the ATen operators the
+    program's forward runs as torch.compile hands them to the compiler (Dynamo's own rewrites, such
+    as `addcdiv(..., value=v)` into a div and an add, then AOTAutograd with Inductor's
+    decompositions; a plain trace when that fails), each as a program of its own that calls that
+    one operator on the values it saw: {"pieces": [{"op", "program",
     "inputs_pt"}]}. A statement like `F.softsign(x)` or `torch.lerp(a, b, w)` is several ATen
     operators; the one that is wrong alone is the bug (triage/guilty.py)."""
     import torch
@@ -182,10 +184,15 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
     except Exception:
         table = {}
     with torch.no_grad():
-        gm = make_fx(lambda *a: model(*a), decomposition_table=table)(*args)
-        seen = _Recorder(gm).run_recording(*args)
+        seen = _as_compiled(model, args, table)
+        if not seen:
+            gm = make_fx(lambda *a: model(*a), decomposition_table=table)(*args)
+            seen = _Recorder(gm).run_recording(*args)
+    only = set(payload.get("only") or ())
     pieces = []
     for node, (node_args, node_kwargs) in seen:
+        if only and aten_packet(str(node.target)) not in only:
+            continue
         piece = _piece(node.target, node_args, node_kwargs)
         if piece is not None:
             source, tensors = piece
@@ -195,6 +202,41 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
     return {"pieces": pieces}
 
 
+def aten_packet(name: str) -> str:
+    """`aten.add_.Tensor` -> `aten.add`: the operator without its overload, an in-place variant
+    as its functional one (the same kernel computes both)."""
+    packet = name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
+    return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet
+
+
+def _as_compiled(model: Any, args: tuple, table: dict) -> list[tuple[Any, tuple[tuple, dict]]]:
+    """The ATen calls of every graph torch.compile makes of `model`, recorded while the compiled
+    model runs once on `args`; [] when compiling fails."""
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    seen: list[tuple[Any, tuple[tuple, dict]]] = []
+
+    def forward_compiler(gm: Any, example_inputs: Any) -> Any:
+        def run(*graph_args: Any) -> Any:
+            calls, out = _Recorder(gm).run_keeping(*graph_args)
+            seen.extend(calls)
+            return out
+
+        return make_boxed_func(run)
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=aot_autograd(fw_compiler=forward_compiler, decompositions=table))
+        compiled(*args)
+    except Exception:
+        return []
+    finally:
+        torch._dynamo.reset()
+    return seen
+
+
 class _Recorder:
     """Runs an FX graph node by node, keeping each ATen call's concrete arguments."""
 
@@ -202,6 +244,10 @@ class _Recorder:
         self.gm = gm
 
     def run_recording(self, *args: Any) -> list[tuple[Any, tuple[tuple, dict]]]:
+        return self.run_keeping(*args)[0]
+
+    def run_keeping(self, *args: Any) -> tuple[list[tuple[Any, tuple[tuple, dict]]], Any]:
+        """(the ATen calls with their concrete arguments, the graph's outputs)."""
         import torch
         from torch.fx import Interpreter
 
@@ -217,8 +263,7 @@ class _Recorder:
                 self.current_node = n
                 return super().run_node(n)
 
-        Keep(self.gm).run(*args)
-        return calls
+        return calls, Keep(self.gm).run(*args)
 
 
 def _piece(target: Any, args: tuple, kwargs: dict) -> tuple[str, list[Any]] | None:

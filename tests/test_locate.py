@@ -129,3 +129,18 @@ def test_the_guilty_statement_of_a_reduced_program_is_the_first_one_wrong_alone(
 def test_an_in_place_aten_variant_keys_as_its_functional_operator():
     assert guilty_ops({"aten": "aten.add_.Tensor", "line": "v1 = x + 1"}) == ("aten.add",)
     assert guilty_ops({"aten": "aten.__and__.Tensor", "line": "v1 = x & y"}) == ("aten.__and__",)
+
+
+def test_an_unreduced_finding_joins_the_cluster_whose_guilty_operator_is_wrong_alone_in_it(pool, settings):
+    """Before paying for a reduction: a listed cluster's guilty ATen operator (`aten.add`) that is
+    wrong alone on the values this program gave it claims the finding; an operator right alone
+    (`aten.mul` under a fault in add) claims nothing. Pieces come from what torch.compile hands
+    the compiler: Dynamo rewrites `addcdiv(..., value=v)` into a div and an add."""
+    from nnforge.triage.guilty import known_guilty_cluster
+
+    case = _case("v1 = torch.addcdiv(x, x, x, value=-0.5)\nv2 = torch.clone(v1) * 3\nreturn (v2,)")
+    verdict = Oracle(pool, ["faulty_perturb:add"], locate=True).check(case).verdicts[0]
+    assert verdict.symptom is Symptom.MISMATCH
+    assert known_guilty_cluster(pool, case, verdict, [("c-mul", "aten.mul"), ("c-add", "aten.add")],
+                                settings=settings) == "c-add"
+    assert known_guilty_cluster(pool, case, verdict, [("c-mul", "aten.mul")], settings=settings) is None

@@ -39,46 +39,85 @@ def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Set
     oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
                     locate=True)
     again = oracle.check(case).verdicts[0]
-    if again.first_wrong is None or again.symptom not in WRONG:
+    if again.symptom not in WRONG:
         return replace(verdict, first_wrong=None)
+    if again.first_wrong is None:  # the wrong value is none the probe sees (an input written in place...)
+        found = _wrong_aten_piece(pool, oracle, case, verdict.target, settings, most=MAX_PIECES_ALL)
+        return replace(verdict, first_wrong=None if found is None else {**found[1], "aten": found[0], "piece": True})
     alone, single = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
     guilty = alone or again.first_wrong
-    aten = _wrong_aten_op(pool, oracle, single or case, verdict.target, settings,
-                          most=MAX_PIECES_ONE if single is not None else MAX_PIECES_ALL)
-    if aten is not None:
-        guilty = {**guilty, "aten": aten}
+    found = _wrong_aten_piece(pool, oracle, single or case, verdict.target, settings,
+                              most=MAX_PIECES_ONE if single is not None else MAX_PIECES_ALL)
+    if found is not None:
+        guilty = {**guilty, "aten": found[0]}
     return replace(verdict, first_wrong=guilty)
+
+
+def known_guilty_cluster(pool: Any, case: TestCase, verdict: Verdict, clusters: list[tuple[str, str]], *,
+                         settings: Settings) -> str | None:
+    """The cluster, of `clusters` ((cluster id, its guilty ATen operator) of listed wrong-value
+    clusters on this target), whose operator is wrong alone on the values this unreduced case
+    gave it; None when none is (then the case needs its own reduction).
+
+    A reduction costs tens of queries; this costs one trace and a query per call of a known
+    guilty operator. A program that runs a known-wrong `add` on values where it is wrong shows
+    that bug whatever else it computes, so it joins that cluster unreduced. It stays in the
+    store, and a second bug it also holds is found again in programs without the add."""
+    from nnforge.oracle.job import locatable
+    from nnforge.oracle.oracle import Oracle
+
+    if not clusters or not locatable(verdict) or case.inputs is None:
+        return None
+    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
+                    locate=True)
+    by_op = {op: cid for cid, op in clusters}
+    found = _wrong_aten_piece(pool, oracle, case, verdict.target, settings, most=MAX_KNOWN_TRIES, only=sorted(by_op))
+    if found is None:
+        return None
+    from nnforge.oracle.locate import aten_packet
+
+    return by_op.get(aten_packet(found[0]))
 
 
 MAX_PIECES_ONE = 12  # ATen operators of one statement tried alone at the most
 MAX_PIECES_ALL = 32  # ... of a whole program none of whose statements is wrong alone
+MAX_KNOWN_TRIES = 4  # calls of a known guilty operator tried in an unreduced program
 
 
-def _wrong_aten_op(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings, *,
-                   most: int = MAX_PIECES_ONE) -> str | None:
-    """The first ATen operator of `single` that is wrong alone (torch.compile targets: an ONNX
-    target does not compile ATen calls one by one), or None. `single` is one statement, or the
-    whole program when no statement is wrong alone: the statements of a mutator's block (a dict
-    built and read back, a branch) depend on each other through Python values no input can carry,
-    but their ATen calls still run one by one."""
+def _wrong_aten_piece(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings, *,
+                      most: int = MAX_PIECES_ONE, only: list[str] | None = None) -> tuple[str, dict] | None:
+    """(the first ATen operator of `single` wrong alone, where the piece went wrong) or None
+    (torch.compile targets only: an ONNX target does not compile ATen calls one by one).
+    `single` is one statement, or the whole program when no statement is wrong alone: the
+    statements of a mutator's block (a dict built and read back, a branch) depend on each other
+    through Python values no input can carry, but their ATen calls still run one by one.
+    `only`: the operators to try (`aten.add`), all when None."""
     from nnforge.oracle.backend import parse_target
     from nnforge.oracle.job import dump_values
 
     if parse_target(target).spec.family == "onnx" or single.inputs is None:
         return None
     payload = {"program": single.program, "inputs_pt": dump_values(tuple(single.inputs)),
-               "state_pt": dump_values(dict(single.state_dict or {})), "most": most}
+               "state_pt": dump_values(dict(single.state_dict or {})), "most": most, "only": only or []}
     out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return None
-    return next((p["op"] for p in out.value.get("pieces") or [] if _wrong(oracle, p)), None)
+    for p in out.value.get("pieces") or []:
+        fw = _wrong(oracle, p)
+        if fw is not None:
+            return p["op"], fw
+    return None
 
 
-def _wrong(oracle: Any, piece: dict) -> bool:
+def _wrong(oracle: Any, piece: dict) -> dict | None:
+    """Where the piece alone went wrong, or None when it is right alone."""
     from nnforge.oracle.job import load_values
 
     case = TestCase(program=piece["program"], inputs=tuple(load_values(piece["inputs_pt"])))
-    return oracle.check(case).verdicts[0].symptom in WRONG
+    got = oracle.check(case).verdicts[0]
+    if got.symptom not in WRONG:
+        return None
+    return got.first_wrong or {"line": piece["program"].split("out = ", 1)[-1].split("\n", 1)[0], "dtype": None}
 
 
 def _wrong_alone(pool: Any, oracle: Any, case: TestCase, located: dict,

@@ -34,6 +34,7 @@ from nnforge.core.verdict import Symptom, Verdict
 
 REDUCED_SUBDIR = "reduced"
 FINDINGS_SUBDIR = "findings"
+KNOWN_GUILTY = "known guilty operator"  # attached unreduced: a listed cluster's ATen operator is wrong alone in it
 REPRO_OUTPUT_FILE = "repro_output.txt"  # what repro.py printed when triage saw it reproduce
 REPRO_OUTPUT_LINES = 30
 REPRO_TIMEOUT_S = 300.0
@@ -60,7 +61,7 @@ class TriageOutcome:
     target: str
     cluster_id: str | None = None
     is_new_cluster: bool = False
-    how: str = ""  # "digest" | "similar" | "new" | "attached"
+    how: str = ""  # "digest" | "similar" | "new" | "attached" | KNOWN_GUILTY
     reduced: dict[str, Any] | None = None  # reduction summary (before/after sizes, queries, seconds)
     error: str | None = None
     repro: str | None = None  # the cluster's repro status after this finding, when checked
@@ -82,13 +83,37 @@ def triage_finding(book: Any, pool: Any, campaign_dir: Path, finding: Any, *, se
     if not finding.case_folder:
         raise ValueError(f"finding {finding.finding_id} has no case folder")
     pkey = finding.pkey or ensure_pkey(book, finding)
-    target_cluster = attach_target(book, finding, pkey, cfg.per_key)
+    target_cluster, how = attach_target(book, finding, pkey, cfg.per_key), "attached"
+    if target_cluster is None and cfg.reduce:
+        target_cluster, how = known_bug_of(book, pool, finding, settings=settings), KNOWN_GUILTY
+        if target_cluster is not None:
+            log(f"finding {finding.finding_id}: a known guilty operator is wrong alone in it: "
+                f"attached to {target_cluster} unreduced")
     if target_cluster is not None:
         cluster = book.attach(finding.finding_id, target_cluster)
         update_members(book, campaign_dir, cluster)
-        return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id, False, "attached",
+        return TriageOutcome(finding.finding_id, finding.case_id, finding.target, cluster.cluster_id, False, how,
                              repro=cluster.repro_status)
     return reduce_and_cluster(book, pool, campaign_dir, finding, settings=settings, cfg=cfg, log=log)
+
+
+def known_bug_of(book: Any, pool: Any, finding: Any, *, settings: Settings) -> str | None:
+    """The listed wrong-value cluster whose guilty ATen operator is wrong alone in this unreduced
+    finding (triage/guilty.py `known_guilty_cluster`), or None."""
+    from nnforge.triage.guilty import known_guilty_cluster
+    from nnforge.triage.signature import FIRST_WRONG
+
+    known: list[tuple[str, str]] = []
+    for c in book.clusters():
+        sig = c.signature
+        if c.repro_status != "reproduced" or sig.target != finding.target or not sig.key.startswith(FIRST_WRONG):
+            continue
+        ops = json.loads(sig.key)[1]
+        if len(ops) == 1 and str(ops[0]).startswith("aten."):
+            known.append((c.cluster_id, str(ops[0])))
+    if not known:
+        return None
+    return known_guilty_cluster(pool, TestCase.load(finding.case_folder), finding.verdict, known, settings=settings)
 
 
 def ensure_pkey(book: Any, finding: Any) -> str:

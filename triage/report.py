@@ -159,7 +159,7 @@ def issue_title(verdict: Verdict, case: TestCase, signature: Any = None) -> str:
     elif (fw := located(verdict)) is not None and not _wrong_form(verdict.detail):
         attrs = ", ".join((str(fw.get("dtype") or "?"),) + attribute_class(fw))
         downstream = " (NaN/Inf further on)" if s is Symptom.NAN_MISMATCH else ""
-        inside = f" in {' + '.join(statement_ops_of(fw))}" if fw.get("aten") else ""
+        inside = f" in {' + '.join(statement_ops_of(fw))}" if fw.get("aten") and not fw.get("piece") else ""
         text = f"wrong values from {' + '.join(guilty_ops(fw))}{inside} ({attrs}){downstream}"
     elif s is Symptom.MISMATCH and verdict.gradient:
         err = f" (max abs err {verdict.max_abs_err:.3g})" if verdict.max_abs_err is not None else ""

@@ -119,9 +119,9 @@ def guilty_ops(first_wrong: dict) -> tuple[str, ...]:
     """The ATen operator found wrong alone (`("aten.add",)`, triage/guilty.py), else the operators
     of the statement that first went wrong (`("sub",)`); ("assign",) for none."""
     if first_wrong.get("aten"):  # aten.add_.Tensor -> aten.add: an in-place variant is the same kernel
-        name = str(first_wrong["aten"])
-        packet = name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
-        return (packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet,)
+        from nnforge.oracle.locate import aten_packet
+
+        return (aten_packet(str(first_wrong["aten"])),)
     return statement_ops_of(first_wrong)
 
 
