@@ -159,7 +159,7 @@ MAX_PIECES = 12  # ATen operators of one statement tried alone at the most
 
 
 def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry point (payload: program, inputs_pt, state_pt, seed, most, only): the ATen operators the
+    """Worker entry point (payload: program, inputs_pt, state_pt, calls, seed, most, only): the ATen operators the
     program's forward runs as torch.compile hands them to the compiler (Dynamo's own rewrites, such
     as `addcdiv(..., value=v)` into a div and an add, then AOTAutograd with Inductor's
     decompositions; a plain trace when that fails), each as a program of its own that calls that
@@ -169,14 +169,17 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from nnforge.core.calls import SINGLE_CALL
+    from nnforge.core.calls import SINGLE_CALL, CallStep
     from nnforge.oracle.job import Program, dump_values, load_values
 
+    steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
     prog = Program(source=payload["program"], inputs=tuple(load_values(payload["inputs_pt"]) or ()),
-                   state_dict=dict(load_values(payload.get("state_pt")) or {}), steps=SINGLE_CALL,
+                   state_dict=dict(load_values(payload.get("state_pt")) or {}), steps=steps[:1],
                    seed=int(payload.get("seed", 0)))
     model, calls = prog.fresh()
     args = calls[0].args
+    if calls[0].before is not None:  # the first call's attribute writes and mode choose the branch it takes
+        calls[0].before(model)
     try:
         from torch._inductor.decomposition import select_decomp_table
 
@@ -207,6 +210,66 @@ def aten_packet(name: str) -> str:
     as its functional one (the same kernel computes both)."""
     packet = name.rsplit(".", 1)[0] if name.count(".") >= 2 else name
     return packet[:-1] if packet.endswith("_") and not packet.endswith("__") else packet
+
+
+def below_aten(payload: dict[str, Any]) -> dict[str, Any]:
+    """Worker entry point (payload: program, inputs_pt, most): the operators one ATen call's
+    reference implementation (torch._refs) is made of, each a program of its own on the values
+    it saw, as `aten_pieces` returns them; no pieces when the call is one operator already.
+
+    Inductor lowers `div(a, b, rounding_mode="floor")` and `floor` through one code generator for
+    floor: a bug there is wrong in both ATen calls, and one level down both hold a `floor` that
+    is wrong alone. A call of the reference's primitive that ATen also has is written as the ATen
+    operator (the bug is reported, and searched for, by ATen names)."""
+    import torch
+    from torch._prims.context import TorchRefsMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from nnforge.core.calls import SINGLE_CALL
+    from nnforge.oracle.job import Program, dump_values, load_values
+
+    prog = Program(source=payload["program"], inputs=tuple(load_values(payload["inputs_pt"]) or ()),
+                   state_dict={}, steps=SINGLE_CALL, seed=0)
+    model, calls = prog.fresh()
+    args = calls[0].args
+    try:
+        with torch.no_grad(), TorchRefsMode():
+            gm = make_fx(lambda *a: model(*a))(*args)
+        seen = _Recorder(gm).run_recording(*args)
+    except Exception:
+        return {"pieces": []}
+    if len(seen) < 2:
+        return {"pieces": []}
+    pieces = []
+    for node, (node_args, node_kwargs) in seen:
+        target = _as_aten(node.target, node_args, node_kwargs)
+        piece = _piece(target, node_args, node_kwargs)
+        if piece is not None:
+            source, tensors = piece
+            pieces.append({"op": str(target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
+        if len(pieces) >= int(payload.get("most", MAX_PIECES)):
+            break
+    return {"pieces": pieces}
+
+
+def _as_aten(target: Any, args: tuple, kwargs: dict) -> Any:
+    """The ATen operator of the same name as a torch._prims one, when it takes these arguments and
+    computes the same; else the primitive itself."""
+    import torch
+
+    name = str(target)
+    if not name.startswith("prims."):
+        return target
+    aten = getattr(torch.ops.aten, name.split(".")[1], None)  # the packet: it picks the overload
+    if aten is None:
+        return target
+    try:
+        want, got = target(*args, **kwargs), aten(*args, **kwargs)
+        same = (isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor) and want.dtype == got.dtype
+                and want.shape == got.shape and torch.allclose(want.double(), got.double(), equal_nan=True))
+    except Exception:
+        return target
+    return aten if same else target
 
 
 def _as_compiled(model: Any, args: tuple, table: dict) -> list[tuple[Any, tuple[tuple, dict]]]:

@@ -144,3 +144,24 @@ def test_an_unreduced_finding_joins_the_cluster_whose_guilty_operator_is_wrong_a
     assert known_guilty_cluster(pool, case, verdict, [("c-mul", "aten.mul"), ("c-add", "aten.add")],
                                 settings=settings) == "c-add"
     assert known_guilty_cluster(pool, case, verdict, [("c-mul", "aten.mul")], settings=settings) is None
+
+
+def test_a_wrong_aten_call_is_named_by_the_operator_of_its_reference_that_is_wrong_alone(pool, settings):
+    """One level below ATen: `aten.addcdiv`'s reference is a mul, a div and an add, and under a
+    fault in add only the add is wrong alone; a call that is one operator already stays itself."""
+    from nnforge.oracle.job import dump_values
+    from nnforge.triage.guilty import _deepest
+
+    t = torch.randn(2, 5)
+    program = ("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, a0, a1, a2):\n"
+               "        out = torch.ops.aten.addcdiv.default(a0, a1, a2, value=-0.5)\n"
+               "        return out if isinstance(out, tuple) else (out,)\n\n\n"
+               "def make_inputs():\n    return (torch.zeros([2, 5]), torch.zeros([2, 5]), torch.zeros([2, 5]))\n")
+    piece = {"program": program, "inputs_pt": dump_values((t, t + 1, t.abs() + 1))}
+    oracle = Oracle(pool, ["faulty_perturb:add"], locate=True)
+    op, fw, _ = _deepest(pool, oracle, ("aten.addcdiv.default", {}, piece), settings)
+    assert guilty_ops({"aten": op}) == ("aten.add",), op
+    assert fw["dtype"] == "float32"
+    single = program.replace("torch.ops.aten.addcdiv.default(a0, a1, a2, value=-0.5)", "torch.ops.aten.add.Tensor(a0, a1)")
+    same = ("aten.add.Tensor", {}, {"program": single, "inputs_pt": piece["inputs_pt"]})
+    assert _deepest(pool, oracle, same, settings) == same

@@ -42,15 +42,34 @@ def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Set
     if again.symptom not in WRONG:
         return replace(verdict, first_wrong=None)
     if again.first_wrong is None:  # the wrong value is none the probe sees (an input written in place...)
-        found = _wrong_aten_piece(pool, oracle, case, verdict.target, settings, most=MAX_PIECES_ALL)
+        found = _deepest(pool, oracle, _wrong_aten_piece(pool, oracle, case, verdict.target, settings,
+                                                         most=MAX_PIECES_ALL), settings)
         return replace(verdict, first_wrong=None if found is None else {**found[1], "aten": found[0], "piece": True})
     alone, single = _wrong_alone(pool, oracle, case, again.first_wrong, settings)
     guilty = alone or again.first_wrong
-    found = _wrong_aten_piece(pool, oracle, single or case, verdict.target, settings,
-                              most=MAX_PIECES_ONE if single is not None else MAX_PIECES_ALL)
+    found = _deepest(pool, oracle, _wrong_aten_piece(pool, oracle, single or case, verdict.target, settings,
+                                                     most=MAX_PIECES_ONE if single is not None else MAX_PIECES_ALL),
+                     settings)
     if found is not None:
         guilty = {**guilty, "aten": found[0]}
     return replace(verdict, first_wrong=guilty)
+
+
+def _deepest(pool: Any, oracle: Any, found: tuple[str, dict, dict] | None,
+             settings: Settings) -> tuple[str, dict, dict] | None:
+    """`found` (a wrong ATen piece), or the operator of its reference decomposition that is wrong
+    alone (oracle/locate.py `below_aten`): the bug then has one name in every call that uses it."""
+    if found is None:
+        return None
+    out = pool.call("nnforge.oracle.locate:below_aten", {**found[2], "most": MAX_PIECES_ONE},
+                    timeout_s=settings.worker_timeout_s)
+    if not out.ok:
+        return found
+    for p in out.value.get("pieces") or []:
+        fw = _wrong(oracle, p)
+        if fw is not None:
+            return p["op"], fw, p
+    return found
 
 
 def known_guilty_cluster(pool: Any, case: TestCase, verdict: Verdict, clusters: list[tuple[str, str]], *,
@@ -85,8 +104,8 @@ MAX_KNOWN_TRIES = 4  # calls of a known guilty operator tried in an unreduced pr
 
 
 def _wrong_aten_piece(pool: Any, oracle: Any, single: TestCase, target: str, settings: Settings, *,
-                      most: int = MAX_PIECES_ONE, only: list[str] | None = None) -> tuple[str, dict] | None:
-    """(the first ATen operator of `single` wrong alone, where the piece went wrong) or None
+                      most: int = MAX_PIECES_ONE, only: list[str] | None = None) -> tuple[str, dict, dict] | None:
+    """(the first ATen operator of `single` wrong alone, where the piece went wrong, the piece) or None
     (torch.compile targets only: an ONNX target does not compile ATen calls one by one).
     `single` is one statement, or the whole program when no statement is wrong alone: the
     statements of a mutator's block (a dict built and read back, a branch) depend on each other
@@ -98,14 +117,15 @@ def _wrong_aten_piece(pool: Any, oracle: Any, single: TestCase, target: str, set
     if parse_target(target).spec.family == "onnx" or single.inputs is None:
         return None
     payload = {"program": single.program, "inputs_pt": dump_values(tuple(single.inputs)),
-               "state_pt": dump_values(dict(single.state_dict or {})), "most": most, "only": only or []}
+               "state_pt": dump_values(dict(single.state_dict or {})), "calls": [c.to_json() for c in single.calls],
+               "most": most, "only": only or []}
     out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return None
     for p in out.value.get("pieces") or []:
         fw = _wrong(oracle, p)
         if fw is not None:
-            return p["op"], fw
+            return p["op"], fw, {"program": p["program"], "inputs_pt": p["inputs_pt"]}
     return None
 
 
