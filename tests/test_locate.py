@@ -165,3 +165,27 @@ def test_a_wrong_aten_call_is_named_by_the_operator_of_its_reference_that_is_wro
     single = program.replace("torch.ops.aten.addcdiv.default(a0, a1, a2, value=-0.5)", "torch.ops.aten.add.Tensor(a0, a1)")
     same = ("aten.add.Tensor", {}, {"program": single, "inputs_pt": piece["inputs_pt"]})
     assert _deepest(pool, oracle, same, settings) == same
+
+
+def test_a_crash_that_follows_a_wrong_value_is_keyed_by_the_wrong_value(pool, settings):
+    """The add's output comes back off (faulty_perturb:add); after a graph break Python reads it
+    and picks a reshape that cannot be done: a crash in the compiled run only. Cut after the add,
+    the program is already wrong: that prefix is the bug, the crash its consequence."""
+    from nnforge.triage.guilty import wrong_before_crash
+
+    program = ("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+               "        a = torch.ones_like(x) + 0.0\n        b = a.max().item()\n"
+               "        c = x.reshape(int(b * 100) - 99, -1)\n        return (c,)\n\n\n"
+               "def make_inputs():\n    return (torch.randn(5),)\n")
+    got = Oracle(pool, ["faulty_perturb:add"]).check(TestCase(program=program, inputs=(torch.randn(5),)))
+    crash = got.verdicts[0]
+    assert crash.symptom is Symptom.CRASH
+    upstream = wrong_before_crash(pool, got.case, crash, settings=settings)
+    assert upstream is not None
+    case, verdict = upstream
+    assert verdict.symptom is Symptom.MISMATCH and "reshape" not in case.program and "ones_like" in case.program
+    assert signature_of(verdict, case).key != signature_of(crash, got.case).key
+    # a crash with nothing wrong before it stays a crash
+    lone = Oracle(pool, ["faulty_crash:sin"]).check(_case("v1 = torch.sin(x)\nv2 = v1 * 2\nreturn (v2,)"))
+    assert lone.verdicts[0].symptom is Symptom.CRASH
+    assert wrong_before_crash(pool, lone.case, lone.verdicts[0], settings=settings) is None

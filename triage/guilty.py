@@ -186,3 +186,52 @@ def returning(case: TestCase, index: int) -> TestCase:
     else:
         body.append(ret)
     return edit.to_case(case)
+
+
+def wrong_before_crash(pool: Any, case: TestCase, verdict: Verdict, *,
+                       settings: Settings) -> tuple[TestCase, Verdict] | None:
+    """(the shortest prefix of `case` whose outputs are already wrong, its verdict) when `case`
+    crashes, else None.
+
+    A frontend that gives one operator a wrong shape makes the next operator's conversion fail
+    ("Cannot broadcast 16 and 4", "Concat expects the same shape"): each consumer crashes with
+    its own message, and one bug becomes as many crash clusters as it has consumers. Cut after
+    each statement in turn, returning what it assigns: the first prefix that gives wrong values
+    or a wrong shape is the bug, and the crash only its consequence."""
+    from nnforge.oracle.oracle import Oracle
+    from nnforge.triage import program_reduce as pr
+
+    if verdict.symptom not in (Symptom.CRASH, Symptom.EXCEPTION_MISMATCH) or case.inputs is None:
+        return None
+    try:
+        items = pr.statement_items(case)
+    except pr.NotAProgram:
+        return None
+    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
+                    locate=True)
+    for i in items[:-1]:
+        cut = _prefix(case, i)
+        if cut is None:
+            continue
+        got = oracle.check(cut)
+        if got.verdicts[0].symptom in WRONG and not got.verdicts[0].gradient:
+            return got.case, got.verdicts[0]
+    return None
+
+
+def _prefix(case: TestCase, index: int) -> TestCase | None:
+    """`case` up to statement `index`, returning what that statement assigns (None when it assigns
+    no name)."""
+    from nnforge.triage import program_reduce as pr
+
+    edit = pr.Edit.of(case)
+    body = edit.forward.body
+    names = [n.id for n in ast.walk(body[index]) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    if not names:
+        return None
+    edit.forward.body = body[:index + 1] + [ast.Return(value=ast.Tuple(
+        elts=[ast.Name(id=n, ctx=ast.Load()) for n in dict.fromkeys(names)], ctx=ast.Load()))]
+    if edit.undefined():
+        return None
+    edit.tidy()
+    return edit.to_case(case)

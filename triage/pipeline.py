@@ -162,8 +162,17 @@ def reduce_and_cluster(book: Any, pool: Any, campaign_dir: Path, finding: Any, *
                                   value_search_budget_ms=settings.value_search_budget_ms)
         if needed is not None:
             summary["values_needed"] = needed
-    from nnforge.triage.guilty import guilty_verdict
+    from nnforge.triage.guilty import guilty_verdict, wrong_before_crash
 
+    upstream = wrong_before_crash(pool, case, verdict, settings=settings)
+    if upstream is not None:
+        crash = verdict
+        case, verdict = upstream
+        log(f"finding {finding.finding_id}: its crash follows a wrong value ({verdict.symptom.value}): "
+            f"keyed by that")
+        if summary is not None:
+            summary["upstream_of"] = {"symptom": crash.symptom.value, "exc_type": crash.exc_type,
+                                      "message": (crash.exc_message or "")[:300]}
     verdict = guilty_verdict(pool, case, verdict, settings=settings)
     reduced_dir = campaign_dir / REDUCED_SUBDIR / str(finding.finding_id)
     case.save(reduced_dir)
