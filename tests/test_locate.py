@@ -189,3 +189,22 @@ def test_a_crash_that_follows_a_wrong_value_is_keyed_by_the_wrong_value(pool, se
     lone = Oracle(pool, ["faulty_crash:sin"]).check(_case("v1 = torch.sin(x)\nv2 = v1 * 2\nreturn (v2,)"))
     assert lone.verdicts[0].symptom is Symptom.CRASH
     assert wrong_before_crash(pool, lone.case, lone.verdicts[0], settings=settings) is None
+
+
+def test_wrong_state_written_in_place_is_one_key_whatever_operator_or_nan():
+    """A buffer the call writes in place that comes back off, or NaN, under batch_norm or
+    instance_norm: one key per rung and kind of state; a wrong output is not such a key."""
+    from nnforge.triage.rootcause import written_state_key
+
+    def v(symptom, detail, rung="aot_eager"):
+        return Verdict(symptom=symptom, target="inductor", rung=rung, detail=detail)
+
+    off = v(Symptom.MISMATCH, "dynamo: pass; aot_eager: mismatch at call 0 (module state after the call: leaf 0: max abs err 0.03)")
+    nan = v(Symptom.NAN_MISMATCH, "dynamo: pass; aot_eager: nan_mismatch at call 0 (module state after the call: 4 of 4 positions differ in NaN/Inf)")
+    bn = TestCase(program=_program("v1 = F.batch_norm(x, self.m, self.v, training=True)\nreturn (v1,)"))
+    inorm = TestCase(program=_program("v1 = F.instance_norm(x, self.m, self.v)\nreturn (v1,)"))
+    assert written_state_key(off) == written_state_key(nan) is not None
+    assert signature_of(off, bn).digest == signature_of(nan, inorm).digest
+    other_rung = v(Symptom.MISMATCH, "dynamo: pass; inductor: mismatch at call 0 (module state after the call: x)", "inductor")
+    assert signature_of(other_rung, bn).digest != signature_of(off, bn).digest
+    assert written_state_key(v(Symptom.MISMATCH, "aot_eager: mismatch at call 0 (output: [0]: 3 of 4 values)")) is None

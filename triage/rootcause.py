@@ -106,6 +106,22 @@ def lost_write_key(verdict: Verdict) -> str | None:
     return json.dumps(["lost side effect", verdict.side_effect])
 
 
+WRITTEN_STATE = ("module state after the call", "inputs after the call")
+
+
+def written_state_key(verdict: Verdict) -> str | None:
+    """A wrong value in what the call writes in place (a module's buffers, a mutated input), not in
+    what it returns, is keyed by which state went wrong and on which rung: a running mean that
+    AOTAutograd fails to write back is one bug under `batch_norm` and `instance_norm`, whether the
+    buffer comes back off or NaN. The operators around it say nothing more: the compiler's
+    handling of in-place writes is the suspect."""
+    if verdict.symptom not in (Symptom.MISMATCH, Symptom.NAN_MISMATCH) or verdict.gradient or verdict.side_effect:
+        return None
+    part = next((p for p in (verdict.detail or "").split("; ") if p.startswith(f"{verdict.rung}:")), "")
+    which = next((w for w in WRITTEN_STATE if f"({w}:" in part), None)
+    return None if which is None else json.dumps(["wrong state after the call", which])
+
+
 # -- where a wrong value first appeared ----------------------------------------------------------------------
 def located(verdict: Verdict) -> dict | None:
     """The verdict's located first wrong value (a wrong output value only), or None."""
@@ -186,6 +202,8 @@ def provisional_key(verdict: Verdict, case: TestCase) -> str:
         return json.dumps(head + [stale_key(verdict, case)])
     if (lost := lost_write_key(verdict)) is not None:
         return json.dumps(head + [lost])
+    if (written := written_state_key(verdict)) is not None:
+        return json.dumps([WRONG_VALUES, verdict.target, verdict.rung or "", written])
     if verdict.symptom in CRASH_LIKE:
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
         return json.dumps(head + [verdict.exc_type or "", crash_message(verdict), list(frames)])

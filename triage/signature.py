@@ -28,12 +28,13 @@ from nnforge.core.verdict import Symptom, Verdict
 from nnforge.triage.canonical import canonical_form, op_names
 from nnforge.triage.normalize import compiler_frames, normalize_message
 from nnforge.triage.rootcause import (CRASH_LIKE, FRAMES_IN_KEY, LOST_WRITE, STALE, crash_message, is_stale_state,
-                                      located, located_key, lost_write_key, stale_key)
+                                      located, located_key, lost_write_key, stale_key, written_state_key)
 
 __all__ = ["CRASH_LIKE", "OUTPUT_LIKE", "canonical_form", "is_crash_like", "signature_of", "similarity"]
 
 OUTPUT_LIKE = frozenset({Symptom.MISMATCH, Symptom.NAN_MISMATCH})
 FIRST_WRONG = '["first wrong"'  # how every key of a located wrong value begins
+WRONG_STATE = '["wrong state after the call"'  # ... of a wrong buffer or input written in place
 
 
 def is_crash_like(symptom: Symptom | str) -> bool:
@@ -49,6 +50,8 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
                          key=stale_key(verdict, case), exc_type=verdict.exc_type, ops=ops)
     if (lost := lost_write_key(verdict)) is not None:
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=lost, ops=ops)
+    if (written := written_state_key(verdict)) is not None:  # NaN or off: one family, as located values
+        return Signature(symptom=Symptom.MISMATCH.value, target=verdict.target, rung=verdict.rung, key=written, ops=ops)
     if symptom in CRASH_LIKE:
         message = crash_message(verdict)
         frames = compiler_frames(verdict.frames, limit=FRAMES_IN_KEY)
@@ -81,8 +84,8 @@ def similarity(a: Signature, b: Signature) -> float:
         return 0.0
     if a.key == b.key and a.symptom == b.symptom and a.rung == b.rung:
         return 1.0
-    if any(k.startswith((STALE, LOST_WRITE, FIRST_WRONG)) for k in (a.key, b.key)):
-        return 0.0  # a state change is no operator sequence; a located wrong operator is exact
+    if any(k.startswith((STALE, LOST_WRITE, FIRST_WRONG, WRONG_STATE)) for k in (a.key, b.key)):
+        return 0.0  # a state change or written state is no operator sequence; a located wrong operator is exact
     rung = 1.0 if a.rung == b.rung else 0.5
     if is_crash_like(a.symptom):
         frames = _frame_overlap(a.frames, b.frames)
