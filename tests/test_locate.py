@@ -87,7 +87,8 @@ def test_a_wrong_value_and_the_nan_it_becomes_downstream_are_one_signature_and_o
 
 
 @pytest.mark.parametrize("line,ops", [("v5 = torch.sub(v3, v4)", ("sub",)), ("v6 = v1", ()),
-                                      ("v2 = v1.float().abs()", ("float[float32]", "abs"))])
+                                      ("v2 = v1.float().abs()", ("float[float32]", "abs")),
+                                      ("v3 = torch.concatenate((x, y), 1).clip(0, 1)", ("cat", "clamp"))])
 def test_statement_ops_name_what_the_statement_calls(line, ops):
     from nnforge.triage.canonical import statement_ops
 

@@ -274,6 +274,7 @@ class _OpWalker:
             name = self.submodules[ref]
         else:
             name = _callee(call) or "call"
+            name = OP_ALIASES.get(name, name)
             if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id in ("torch", "F")):
                 if not (isinstance(func.value, ast.Attribute) and _module_path(func.value)):
                     receiver = (self.expr(func.value),)  # a method call: the tensor is an input
@@ -291,6 +292,16 @@ class _OpWalker:
     def _op(self, name: str, ins: tuple[str, ...], out: str) -> str:
         self.ops.append((name, tuple(d or "?" for d in ins), (out or "?",)))
         return out or "?"
+
+
+# torch's documented aliases: one operator under two names is one operator in every key and title
+OP_ALIASES = {
+    "concatenate": "cat", "concat": "cat", "absolute": "abs", "arccos": "acos", "arcsin": "asin", "arctan": "atan",
+    "arctan2": "atan2", "arccosh": "acosh", "arcsinh": "asinh", "arctanh": "atanh", "clip": "clamp",
+    "multiply": "mul", "divide": "div", "true_divide": "div", "subtract": "sub", "negative": "neg", "fix": "trunc",
+    "greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le", "not_equal": "ne",
+    "swapaxes": "transpose", "swapdims": "transpose", "moveaxis": "movedim", "special_expit": "sigmoid",
+}
 
 
 def _is_literal(e: ast.expr) -> bool:
