@@ -45,8 +45,9 @@ def signature_of(verdict: Verdict, case: TestCase) -> Signature:
     """The signature of `verdict` (on `case`, ideally already reduced)."""
     symptom = verdict.symptom
     ops = op_names(case)
-    if is_stale_state(verdict, case):
-        return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung,
+    if is_stale_state(verdict, case):  # stale values that come back off or NaN: one state bug
+        family = Symptom.MISMATCH if symptom is Symptom.NAN_MISMATCH else symptom
+        return Signature(symptom=family.value, target=verdict.target, rung=verdict.rung,
                          key=stale_key(verdict, case), exc_type=verdict.exc_type, ops=ops)
     if (lost := lost_write_key(verdict)) is not None:
         return Signature(symptom=symptom.value, target=verdict.target, rung=verdict.rung, key=lost, ops=ops)
