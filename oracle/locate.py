@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterable
 
 SEEN = "_nnforge_seen"
 MAX_LINE = 240  # characters of the statement kept in the verdict
@@ -170,7 +170,7 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from nnforge.core.calls import SINGLE_CALL, CallStep
-    from nnforge.oracle.job import Program, dump_values, load_values
+    from nnforge.oracle.job import Program, load_values
 
     steps = tuple(CallStep.from_json(s) for s in payload.get("calls") or []) or SINGLE_CALL
     prog = Program(source=payload["program"], inputs=tuple(load_values(payload["inputs_pt"]) or ()),
@@ -192,17 +192,24 @@ def aten_pieces(payload: dict[str, Any]) -> dict[str, Any]:
             gm = make_fx(lambda *a: model(*a), decomposition_table=table)(*args)
             seen = _Recorder(gm).run_recording(*args)
     only = set(payload.get("only") or ())
+    chosen = [(node.target, a, kw) for node, (a, kw) in seen if not only or aten_packet(str(node.target)) in only]
+    return {"pieces": _piece_programs(chosen, int(payload.get("most", MAX_PIECES)))}
+
+
+def _piece_programs(calls: Iterable[tuple[Any, tuple, dict]], most: int) -> list[dict[str, Any]]:
+    """Up to `most` of `calls` ((operator, args, kwargs)) as programs of their own: [{"op",
+    "program", "inputs_pt"}]; a call whose arguments have no literal form is left out."""
+    from nnforge.oracle.job import dump_values
+
     pieces = []
-    for node, (node_args, node_kwargs) in seen:
-        if only and aten_packet(str(node.target)) not in only:
-            continue
-        piece = _piece(node.target, node_args, node_kwargs)
+    for target, args, kwargs in calls:
+        piece = _piece(target, args, kwargs)
         if piece is not None:
             source, tensors = piece
-            pieces.append({"op": str(node.target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
-        if len(pieces) >= int(payload.get("most", MAX_PIECES)):
+            pieces.append({"op": str(target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
+        if len(pieces) >= most:
             break
-    return {"pieces": pieces}
+    return pieces
 
 
 def aten_packet(name: str) -> str:
@@ -226,7 +233,7 @@ def below_aten(payload: dict[str, Any]) -> dict[str, Any]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from nnforge.core.calls import SINGLE_CALL
-    from nnforge.oracle.job import Program, dump_values, load_values
+    from nnforge.oracle.job import Program, load_values
 
     prog = Program(source=payload["program"], inputs=tuple(load_values(payload["inputs_pt"]) or ()),
                    state_dict={}, steps=SINGLE_CALL, seed=0)
@@ -240,16 +247,8 @@ def below_aten(payload: dict[str, Any]) -> dict[str, Any]:
         return {"pieces": []}
     if len(seen) < 2:
         return {"pieces": []}
-    pieces = []
-    for node, (node_args, node_kwargs) in seen:
-        target = _as_aten(node.target, node_args, node_kwargs)
-        piece = _piece(target, node_args, node_kwargs)
-        if piece is not None:
-            source, tensors = piece
-            pieces.append({"op": str(target), "program": source, "inputs_pt": dump_values(tuple(tensors))})
-        if len(pieces) >= int(payload.get("most", MAX_PIECES)):
-            break
-    return {"pieces": pieces}
+    calls = ((_as_aten(node.target, a, kw), a, kw) for node, (a, kw) in seen)  # lazily: at most `most` are run
+    return {"pieces": _piece_programs(calls, int(payload.get("most", MAX_PIECES)))}
 
 
 def _as_aten(target: Any, args: tuple, kwargs: dict) -> Any:

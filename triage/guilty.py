@@ -32,12 +32,10 @@ def guilty_verdict(pool: Any, case: TestCase, verdict: Verdict, *, settings: Set
     """`verdict` with `first_wrong` set to the guilty statement of `case` (see the module
     docstring); without it when `case` does not show a located wrong value again."""
     from nnforge.oracle.job import locatable
-    from nnforge.oracle.oracle import Oracle
 
     if not locatable(verdict) or case.inputs is None:
         return verdict
-    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
-                    locate=True)
+    oracle = _locating_oracle(pool, verdict.target, settings)
     again = oracle.check(case).verdicts[0]
     if again.symptom not in WRONG:
         return replace(verdict, first_wrong=None)
@@ -65,11 +63,7 @@ def _deepest(pool: Any, oracle: Any, found: tuple[str, dict, dict] | None,
                     timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return found
-    for p in out.value.get("pieces") or []:
-        fw = _wrong(oracle, p)
-        if fw is not None:
-            return p["op"], fw, p
-    return found
+    return _first_wrong_piece(oracle, out.value.get("pieces") or []) or found
 
 
 def known_guilty_cluster(pool: Any, case: TestCase, verdict: Verdict, clusters: list[tuple[str, str]], *,
@@ -83,12 +77,10 @@ def known_guilty_cluster(pool: Any, case: TestCase, verdict: Verdict, clusters: 
     that bug whatever else it computes, so it joins that cluster unreduced. It stays in the
     store, and a second bug it also holds is found again in programs without the add."""
     from nnforge.oracle.job import locatable
-    from nnforge.oracle.oracle import Oracle
 
     if not clusters or not locatable(verdict) or case.inputs is None:
         return None
-    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
-                    locate=True)
+    oracle = _locating_oracle(pool, verdict.target, settings)
     by_op = {op: cid for cid, op in clusters}
     found = _wrong_aten_piece(pool, oracle, case, verdict.target, settings, most=MAX_KNOWN_TRIES, only=sorted(by_op))
     if found is None:
@@ -122,11 +114,23 @@ def _wrong_aten_piece(pool: Any, oracle: Any, single: TestCase, target: str, set
     out = pool.call("nnforge.oracle.locate:aten_pieces", payload, timeout_s=settings.worker_timeout_s)
     if not out.ok:
         return None
-    for p in out.value.get("pieces") or []:
+    return _first_wrong_piece(oracle, out.value.get("pieces") or [])
+
+
+def _first_wrong_piece(oracle: Any, pieces: list[dict]) -> tuple[str, dict, dict] | None:
+    """(the first piece's operator that is wrong alone, where it went wrong, the piece) or None."""
+    for p in pieces:
         fw = _wrong(oracle, p)
         if fw is not None:
             return p["op"], fw, {"program": p["program"], "inputs_pt": p["inputs_pt"]}
     return None
+
+
+def _locating_oracle(pool: Any, target: str, settings: Settings) -> Any:
+    """The oracle for `target` that also says where a wrong value first appears."""
+    from nnforge.oracle.oracle import Oracle
+
+    return Oracle(pool, [target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s, locate=True)
 
 
 def _wrong(oracle: Any, piece: dict) -> dict | None:
@@ -177,7 +181,7 @@ def returning(case: TestCase, index: int) -> TestCase:
 
     edit = pr.Edit.of(case)
     body = edit.forward.body
-    names = [n.id for n in ast.walk(body[index]) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    names = _assigned(body[index])
     if not names:
         return case
     ret = ast.Return(value=ast.Tuple(elts=[ast.Name(id=n, ctx=ast.Load()) for n in names], ctx=ast.Load()))
@@ -198,7 +202,6 @@ def wrong_before_crash(pool: Any, case: TestCase, verdict: Verdict, *,
     its own message, and one bug becomes as many crash clusters as it has consumers. Cut after
     each statement in turn, returning what it assigns: the first prefix that gives wrong values
     or a wrong shape is the bug, and the crash only its consequence."""
-    from nnforge.oracle.oracle import Oracle
     from nnforge.triage import program_reduce as pr
 
     if verdict.symptom not in (Symptom.CRASH, Symptom.EXCEPTION_MISMATCH) or case.inputs is None:
@@ -207,8 +210,7 @@ def wrong_before_crash(pool: Any, case: TestCase, verdict: Verdict, *,
         items = pr.statement_items(case)
     except pr.NotAProgram:
         return None
-    oracle = Oracle(pool, [verdict.target], settings.value_search_budget_ms, timeout_s=settings.worker_timeout_s,
-                    locate=True)
+    oracle = _locating_oracle(pool, verdict.target, settings)
     for i in items[:-1]:
         cut = _prefix(case, i)
         if cut is None:
@@ -226,7 +228,7 @@ def _prefix(case: TestCase, index: int) -> TestCase | None:
 
     edit = pr.Edit.of(case)
     body = edit.forward.body
-    names = [n.id for n in ast.walk(body[index]) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    names = _assigned(body[index])
     if not names:
         return None
     edit.forward.body = body[:index + 1] + [ast.Return(value=ast.Tuple(
@@ -235,3 +237,8 @@ def _prefix(case: TestCase, index: int) -> TestCase | None:
         return None
     edit.tidy()
     return edit.to_case(case)
+
+
+def _assigned(stmt: ast.stmt) -> list[str]:
+    """The names `stmt` assigns, in order (a name assigned twice comes twice)."""
+    return [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]

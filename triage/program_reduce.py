@@ -401,7 +401,7 @@ def _loads_expr(e: ast.expr) -> set[str]:
 
 
 def _stores(stmts: list[ast.stmt]) -> set[str]:
-    return {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return set().union(*[_stores_in(s) for s in stmts])
 
 
 def _reads_before_binding(stmt: ast.stmt) -> set[str]:
